@@ -1,0 +1,104 @@
+"""Run the tests that the patch series carries, against a patched Lightning.
+
+The series adds its tests under upstream's ``tests/tests_fabric`` and ``tests/tests_pytorch``. This script copies them
+out of a patched source tree, adds the harness in ``support/`` where upstream's own test environment would be, and runs
+pytest there::
+
+    python tests/series/run.py --tree TREE [--src] [--import-root standalone] [--standalone] [-- PYTEST_ARGS...]
+
+``--src`` imports Lightning from ``TREE/src`` (development); by default the installed (patched) Lightning is tested.
+``--import-root standalone`` rewrites the copied tests to ``lightning_fabric`` / ``pytorch_lightning``, the way
+upstream's CI tests the standalone distributions. ``--standalone`` runs every ``RunIf(standalone=True)`` test in a
+process of its own, as upstream's ``run_standalone_tests.sh`` does.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SUPPORT = Path(__file__).parent / "support"
+SUITES = ("tests_fabric", "tests_pytorch")
+_IMPORT = re.compile(r"(?<![\w/@.])lightning\.(fabric|pytorch)(?![\w/])")
+_STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning"}
+
+
+def rewrite_imports(text: str) -> str:
+    """``lightning.fabric`` -> ``lightning_fabric`` and ``lightning.pytorch`` -> ``pytorch_lightning``."""
+    return _IMPORT.sub(lambda m: _STANDALONE_ROOTS[m.group(1)], text)
+
+
+def materialize(tree: Path, dest: Path, standalone_roots: bool = False) -> list[str]:
+    """Copy the series' test suites from ``tree`` into ``dest`` with the harness; return the suites found."""
+    suites = [s for s in SUITES if (tree / "tests" / s).is_dir()]
+    if not suites:
+        raise SystemExit(f"{tree}/tests has none of {SUITES}: is the series applied to this tree?")
+    shutil.copy2(SUPPORT / "conftest.py", dest / "conftest.py")
+    for suite in suites:
+        shutil.copytree(tree / "tests" / suite, dest / suite)
+        for support_file in (SUPPORT / suite).rglob("*.py"):
+            target = dest / suite / support_file.relative_to(SUPPORT / suite)
+            if not target.exists():  # upstream's own file wins where the tree has one
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(support_file, target)
+    if standalone_roots:
+        for path in dest.rglob("*.py"):
+            path.write_text(rewrite_imports(path.read_text()))
+    return suites
+
+
+def _pytest(dest: Path, args: list[str], env: dict[str, str]) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), *args]
+    return subprocess.call(cmd, cwd=dest, env=env)
+
+
+def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str, str]) -> int:
+    """Run each standalone test in its own process; fail if any fails or none was found."""
+    env = {**env, "PL_RUN_STANDALONE_TESTS": "1"}
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), "-q", "--collect-only",
+         *suites],
+        cwd=dest, env=env, capture_output=True, text=True,
+    )
+    node_ids = [line for line in collected.stdout.splitlines() if "::" in line]
+    if collected.returncode not in (0, 5):
+        print(collected.stdout, collected.stderr, sep="\n")
+        return collected.returncode
+    failed = [node for node in node_ids if _pytest(dest, ["-q", *args, node], env) != 0]
+    print(f"standalone: {len(node_ids) - len(failed)} passed, {len(failed)} failed")
+    for node in failed:
+        print(f"FAILED {node}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", type=Path, required=True, help="a Lightning source tree with the series applied")
+    parser.add_argument("--src", action="store_true", help="import Lightning from TREE/src instead of site-packages")
+    parser.add_argument("--import-root", choices=("lightning", "standalone"), default="lightning")
+    parser.add_argument("--standalone", action="store_true", help="run the standalone tests, one process each")
+    parser.add_argument("--keep", type=Path, help="materialise into this (empty) directory and keep it")
+    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (put them after --)")
+    ns = parser.parse_args(argv)
+
+    tree = ns.tree.resolve()
+    env = dict(os.environ)
+    if ns.src:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-series-tests-") as tmp:
+        dest = ns.keep.resolve() if ns.keep else Path(tmp)
+        dest.mkdir(parents=True, exist_ok=True)
+        suites = materialize(tree, dest, standalone_roots=ns.import_root == "standalone")
+        if ns.standalone:
+            return run_standalone(dest, suites, ns.pytest_args, env)
+        # explicit test paths in the pytest arguments narrow the run; otherwise run every suite
+        named = [a for a in ns.pytest_args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
+        return _pytest(dest, [*ns.pytest_args, *([] if named else suites)], env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
