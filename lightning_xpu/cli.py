@@ -83,6 +83,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     else:
         how = " as commits" if result.kind == "git" else ""
         print(f"Applied {len(result.applied)} patches{how} to the {what} {result.target}.")
+        if result.already_present:
+            print(f"Skipped {len(result.already_present)} patches whose changes were already present (no commit): "
+                  + ", ".join(result.already_present))
     return 0
 
 
