@@ -22,7 +22,7 @@ from lightning_xpu.series import Series
 WHEEL_PREFIX = {"lightning": "lightning", "pytorch-lightning": "pytorch_lightning", "lightning-fabric": "lightning_fabric"}
 
 
-def patched_version(base: Base, series: Series) -> str:
+def patched_version(base: Base, series: Series) -> str:  # series: anything with local_version
     """PEP 440 version of the patched distributions, e.g. ``2.6.6+xpu.3``."""
     return f"{base.version}+{series.local_version}"
 
