@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tooling.conftest import REPO, run_cli
-from tests.tooling.test_mirror_build import make_venv
+from .conftest import REPO, make_venv, run_cli
 
 COMMANDS = ("workspace", "export", "apply", "build", "doctor")
 

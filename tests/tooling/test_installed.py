@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from lightning_xpu.base import Base
-from tests.tooling.conftest import REPO, tree_digest
-from tests.tooling.test_mirror_build import make_venv
+from .conftest import REPO, make_venv, tree_digest
 
 pytestmark = pytest.mark.slow
 

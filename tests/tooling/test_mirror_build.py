@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from lightning_xpu.base import Base
 from lightning_xpu.mirror import mirror_packages, relative_files
 from lightning_xpu.series import Series
 from lightning_xpu.wheels import build, patched_version
+
+from .conftest import make_venv
 
 # Files of the standalone sdists that upstream's mirroring does not produce: each sdist's own shell
 # (setup entry, metadata, version and packaging files). Everything else must be byte-identical.
@@ -63,17 +64,6 @@ def test_build_makes_three_patched_wheels(wheels: list[Path]) -> None:
     assert "from lightning_fabric.utilities.rank_zero import rank_zero_info" in marker
     assert pytorch_lightning.read("lightning_fabric/utilities/xpu_fake.py").decode() == marker
     assert b"FAKE_SERIES_PL = True" in pytorch_lightning.read("pytorch_lightning/accelerators/cuda.py")
-
-
-def make_venv(path: Path) -> Path:
-    """A fresh venv that also sees this environment's packages (torch) through a .pth file, after its own."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    parent = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    Path(purelib, "_lightning_xpu_parent_env.pth").write_text("".join(f"{p}\n" for p in sorted(parent)))
-    return python
 
 
 @pytest.mark.slow
