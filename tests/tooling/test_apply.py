@@ -10,6 +10,7 @@ import pytest
 from lightning_xpu.apply import PatchFailed, apply, apply_to_tree
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, load_series
+
 from .conftest import MARKER_FILE, MARKER_SOURCE, git, run_cli, tree_digest
 
 CUDA = "src/lightning/fabric/accelerators/cuda.py"
@@ -169,5 +170,7 @@ def test_cli_without_git_is_a_clear_error(fake_series: Series, sdist_copy: Path,
     before = tree_digest(sdist_copy)
     proc = run_cli("apply", str(sdist_copy), "--series", str(fake_series.directory), env={"PATH": str(empty_bin)})
     assert proc.returncode == 1
-    assert proc.stderr == "lightning-xpu: error: git is required but was not found on PATH; install git (2.28 or newer) and retry\n"
+    assert proc.stderr == (
+        "lightning-xpu: error: git is required but was not found on PATH; install git (2.28 or newer) and retry\n"
+    )
     assert tree_digest(sdist_copy) == before

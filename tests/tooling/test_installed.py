@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lightning_xpu.base import Base
+
 from .conftest import REPO, make_venv, tree_digest
 
 pytestmark = pytest.mark.slow
@@ -48,8 +49,11 @@ def cli(python: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def versions(python: Path) -> dict[str, str]:
-    probe = ("import json, lightning, lightning_fabric, pytorch_lightning, lightning.fabric as f, lightning.pytorch as p;"
-             "print(json.dumps({m.__name__: m.__version__ for m in (lightning, f, p, lightning_fabric, pytorch_lightning)}))")
+    probe = (
+        "import json, lightning, lightning_fabric, pytorch_lightning, lightning.fabric as f, lightning.pytorch as p;"
+        "mods = (lightning, f, p, lightning_fabric, pytorch_lightning);"
+        "print(json.dumps({m.__name__: m.__version__ for m in mods}))"
+    )
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
@@ -95,7 +99,8 @@ def test_wrong_base_is_refused_and_nothing_changes(venv: tuple[Path, Path], fake
     before = tree_digest(site)
     proc = cli(python, "apply", "--installed", "--series", str(fake_series_dir))
     assert proc.returncode == 1
-    assert "the installed pytorch_lightning" in proc.stderr and "trainer/trainer.py differs from the 2.6.6 sdist" in proc.stderr
+    assert "the installed pytorch_lightning" in proc.stderr
+    assert "trainer/trainer.py differs from the 2.6.6 sdist" in proc.stderr
     assert tree_digest(site) == before
 
 
@@ -124,6 +129,7 @@ def test_nothing_installed_is_a_clear_error(tmp_path: Path, base: Base) -> None:
     import importlib.util
 
     if importlib.util.find_spec("lightning") is None:
-        assert proc.returncode == 1 and "no lightning, pytorch_lightning or lightning_fabric is installed" in proc.stderr
+        assert proc.returncode == 1
+        assert "no lightning, pytorch_lightning or lightning_fabric is installed" in proc.stderr
     else:
         assert proc.returncode == 1

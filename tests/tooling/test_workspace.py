@@ -12,6 +12,7 @@ from lightning_xpu.base import Base
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, load_series
 from lightning_xpu.workspace import BASE_TAG, create_workspace, export_workspace
+
 from .conftest import PATCHES, git, run_cli, tree_digest
 
 
