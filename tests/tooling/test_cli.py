@@ -95,3 +95,26 @@ def test_build_install_into_fresh_venv(fake_series_dir: Path, tmp_path: Path) ->
     assert out[0] == "2.6.6+xpu.3" and out[1].startswith(str(tmp_path / "venv"))
     # torch was left alone: still the parent environment's build, not a fresh download into the venv.
     assert not list((tmp_path / "venv").rglob("torch/__init__.py"))
+
+
+def test_doctor_says_emulated_when_the_emulator_is_on() -> None:
+    from lightning_xpu.doctor import format_report
+
+    data = {
+        "python": "3.11", "platform": "Linux", "emulator": True, "ccl_bindings": False, "shim_series_version": 2,
+        "torch": {"installed": True, "version": "2.13.0+cpu", "cuda": None, "xpu_build": None, "xccl": True,
+                  "xpu_default_backend": "xccl",
+                  "xpu": {"compiled": True, "available": True, "device_count": 2},
+                  "devices": [{"index": 0, "name": "Emulated XPU", "total_memory": 2**33},
+                              {"index": 1, "error": "boom"}]},
+        "lightning": [{"root": "lightning", "installed": True, "version": "2.6.6+xpu.1", "path": "/sp/lightning",
+                       "series_version": 1, "patched_in_place": False},
+                      {"root": "pytorch_lightning", "installed": False}],
+        "env": {"ZE_AFFINITY_MASK": None},
+    }
+    text = format_report(data)
+    assert "devices: 2 (EMULATED by lightning_xpu.emulator)" in text
+    assert "xpu:0     Emulated XPU, 8.0 GiB [emulated]" in text or "Emulated XPU, 8.0 GiB [emulated]" in text
+    assert "boom" in text
+    assert "2.6.6+xpu.1 [patched wheel, series version 1; this shim's series is version 2]" in text
+    assert "emulator" in text and "ON (XPU devices are emulated)" in text
