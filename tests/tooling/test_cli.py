@@ -114,7 +114,7 @@ def test_doctor_says_emulated_when_the_emulator_is_on() -> None:
     }
     text = format_report(data)
     assert "devices: 2 (EMULATED by lightning_xpu.emulator)" in text
-    assert "xpu:0     Emulated XPU, 8.0 GiB [emulated]" in text or "Emulated XPU, 8.0 GiB [emulated]" in text
+    assert "xpu:0" in text and "Emulated XPU, 8.0 GiB [emulated]" in text
     assert "boom" in text
     assert "2.6.6+xpu.1 [patched wheel, series version 1; this shim's series is version 2]" in text
     assert "emulator" in text and "ON (XPU devices are emulated)" in text
