@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 MODULE_NAME = "lightning_xpu_emulator_C"
-_SOURCE = Path(__file__).parent / "csrc" / "emulator.cpp"
+_SOURCES = (Path(__file__).parent / "csrc" / "emulator.cpp", Path(__file__).parent / "csrc" / "xccl.cpp")
 
 
 class EmulatorBuildError(RuntimeError):
@@ -44,7 +44,8 @@ def _build_key() -> str:
     digest = hashlib.sha256()
     for part in (torch.__version__, str(torch.version.git_version), sys.version, sysconfig.get_platform()):
         digest.update(part.encode())
-    digest.update(_SOURCE.read_bytes())
+    for source in _SOURCES:
+        digest.update(source.read_bytes())
     return f"torch-{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{digest.hexdigest()[:16]}"
 
 
@@ -66,33 +67,43 @@ def _compiler() -> str:
     return found
 
 
-def _compile_command(cxx: str, output: Path) -> list[str]:
+def _compile_commands(cxx: str, workdir: Path, output: Path) -> tuple[list[list[str]], list[str]]:
+    """Per-source compile commands (run in parallel) and the link command, with cpp_extension's flags."""
     from torch.utils import cpp_extension
 
     includes = cpp_extension.include_paths()
     python_include = sysconfig.get_path("include", scheme="posix_prefix")
     if python_include:
         includes.append(python_include)
-    lib_dir = os.path.join(os.path.dirname(cpp_extension.__file__), os.pardir, "lib")
-    return [
-        cxx,
+    cflags = [
         "-O2",
-        "-shared",
         "-fPIC",
         "-std=c++20",
         "-w",
         f"-DTORCH_EXTENSION_NAME={MODULE_NAME}",
         "-DTORCH_API_INCLUDE_EXTENSION_H",
         *(f"-isystem{path}" for path in includes),
-        str(_SOURCE),
-        "-o",
-        str(output),
-        f"-L{os.path.abspath(lib_dir)}",
-        "-lc10",
-        "-ltorch_cpu",
-        "-ltorch",
-        "-ltorch_python",
     ]
+    objects = [workdir / (source.stem + ".o") for source in _SOURCES]
+    compiles = [[cxx, *cflags, "-c", str(src), "-o", str(obj)] for src, obj in zip(_SOURCES, objects)]
+    lib_dir = os.path.abspath(os.path.join(os.path.dirname(cpp_extension.__file__), os.pardir, "lib"))
+    link = [cxx, "-shared", *map(str, objects), "-o", str(output), f"-L{lib_dir}"]
+    link += ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
+    return compiles, link
+
+
+def _run(commands: list[list[str]], cxx: str, verbose: bool) -> None:
+    if verbose:
+        for command in commands:
+            print(" ".join(shlex.quote(c) for c in command), file=sys.stderr)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    failures = []
+    for proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(err[-4000:])
+    if failures:
+        raise EmulatorBuildError(f"Building the XPU emulator failed ({cxx}):\n" + "\n".join(failures))
 
 
 def build(verbose: bool = False) -> Path:
@@ -108,15 +119,9 @@ def build(verbose: bool = False) -> Path:
         cxx = _compiler()
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             partial = Path(tmp) / target.name
-            command = _compile_command(cxx, partial)
-            if verbose:
-                print(" ".join(shlex.quote(c) for c in command), file=sys.stderr)
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise EmulatorBuildError(
-                    f"Building the XPU emulator failed ({cxx} exited with {result.returncode}):\n"
-                    f"{result.stderr[-4000:]}"
-                )
+            compiles, link = _compile_commands(cxx, Path(tmp), partial)
+            _run(compiles, cxx, verbose)
+            _run([link], cxx, verbose)
             os.replace(partial, target)
     return target
 
@@ -125,6 +130,8 @@ def load() -> ModuleType:
     """Build if needed and import the native module (registers the XPU guard, hooks, allocator and kernels)."""
     if MODULE_NAME in sys.modules:
         return sys.modules[MODULE_NAME]
+    import torch.distributed  # noqa: F401  (the xccl backend derives from its c10d Backend class)
+
     path = build()
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     assert spec is not None and spec.loader is not None

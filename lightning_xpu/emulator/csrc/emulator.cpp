@@ -671,7 +671,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               static_cast<int>(*fs.device), " and cpu! (when checking argument '", fs.host_arg, "' of ",
               schema.name(), ")");
   TORCH_CHECK(config.has_fp64 || !fs.fp64,
-              "Required aspect fp64 is not supported on the device (emulated ", config.name,
+              "Required aspect fp64 is not supported on the device (", config.name,
               " has no native fp64; operator ", schema.name(), ")");
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
 
@@ -758,6 +758,13 @@ TORCH_LIBRARY_IMPL(_, XPU, m) {
 
 // ---------------------------------------------------------------- Python bindings
 namespace xpu_emu {
+
+at::Tensor host_view(const at::Tensor& t) {
+  HostViews hv;  // the view keeps the device storage alive on its own
+  return hv.to_cpu(t);
+}
+
+void register_xccl(py::module& m);  // xccl.cpp
 
 py::dict stat_array(const c10::CachingAllocator::StatArray& a) {
   static const char* names[] = {"all", "small_pool", "large_pool"};
@@ -875,8 +882,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     &counters.fallback_ops})
       c->store(0);
   });
-  m.def("host_view", [](const at::Tensor& t) {
-    HostViews hv;  // the view keeps the device storage alive on its own
-    return hv.to_cpu(t);
-  }, "A CPU tensor over the same host memory as an xpu tensor (no copy).");
+  m.def("host_view", &host_view, "A CPU tensor over the same host memory as an xpu tensor (no copy).");
+  register_xccl(m);
 }
