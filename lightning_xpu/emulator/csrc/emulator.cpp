@@ -59,7 +59,9 @@ struct Config {
   bool has_fp64 = true;
   std::string name;
 };
-Config config;
+// Process-lifetime objects are leaked on purpose: torch's own static destructors (the autograd engine's device
+// threads, tensors freed during interpreter shutdown) may still call into them after this library's statics die.
+Config& config = *new Config();
 std::array<double, kMaxDevices> memory_fraction{};  // 0 = unset
 
 struct Counters {
@@ -311,7 +313,7 @@ struct EmuAllocator final : public c10::DeviceAllocator {
             static_cast<size_t>(config.total_memory)};
   }
 };
-EmuAllocator allocator;
+EmuAllocator& allocator = *new EmuAllocator();
 
 void EmuAllocator::deleter(void* ctx) {
   auto* blk = static_cast<Block*>(ctx);
@@ -345,7 +347,7 @@ struct PinnedAllocator final : public c10::Allocator {
     return p < it->first + it->second;
   }
 };
-PinnedAllocator pinned;
+PinnedAllocator& pinned = *new PinnedAllocator();
 void PinnedAllocator::deleter(void* p) {
   if (!p) return;
   {
@@ -382,7 +384,7 @@ struct EmuGenerator final : public c10::GeneratorImpl {
   }
 };
 
-std::vector<at::Generator> default_generators;
+std::vector<at::Generator>& default_generators = *new std::vector<at::Generator>();
 
 const at::Generator& default_generator(c10::DeviceIndex d) {
   d = resolve(d);
