@@ -8,6 +8,7 @@ memory statistics, streams) runs on top of them.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from types import ModuleType
 from typing import Any
@@ -74,6 +75,7 @@ def enable(num_devices: int, profile_key: str) -> None:
             )
         _install_torch_c(torch, ext, num_devices, prof)
         _install_torch_xpu(torch, num_devices)
+        atexit.register(ext.stop_autograd_device_threads)
         _state.update(native=ext, num_devices=num_devices, profile=prof)
         from lightning_xpu.emulator import _distributed
 

@@ -31,6 +31,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
@@ -42,6 +43,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -883,6 +885,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                     &counters.d2h, &counters.d2h_bytes, &counters.d2d, &counters.d2d_bytes, &counters.item,
                     &counters.fallback_ops})
       c->store(0);
+  });
+  m.def("stop_autograd_device_threads", []() {
+    // torch internals: autograd runs xpu backward on one engine thread per device. Left alive until C++ static
+    // destruction, such a thread re-takes the GIL of a finalized interpreter and aborts the process
+    // ("terminate called without an active exception"). Called from atexit: stop them while Python is alive.
+    py::gil_scoped_release no_gil;
+    torch::autograd::Engine::get_default_engine().stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let them take/drop the GIL and exit
   });
   m.def("host_view", &host_view, "A CPU tensor over the same host memory as an xpu tensor (no copy).");
   register_xccl(m);
