@@ -141,3 +141,69 @@ def test_ddp_two_devices_matches_one_device_with_doubled_batch(run_emulated, tmp
         "trained": True,
         "devices": ["xpu:0", "xpu:1"],
     }
+
+
+_FSDP = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+def batches():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(8, 6, generator=g) for _ in range(4)]
+
+def worker(rank, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    mesh = init_device_mesh("xpu", (2,))
+    out = {"mesh": mesh.device_type}
+    for kind in ("fsdp2", "fsdp1"):
+        model = make_model().to("xpu") if kind == "fsdp2" else make_model()
+        if kind == "fsdp2":
+            for layer in (model[0], model[2]):
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        else:
+            model = FSDP(model, device_id=torch.device("xpu", rank))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in batches():
+            x = x[rank * 4:(rank + 1) * 4].to("xpu")
+            opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
+        if kind == "fsdp2":
+            weights = [model[0].weight.full_tensor().cpu().tolist(), model[2].bias.full_tensor().cpu().tolist()]
+        else:
+            with FSDP.summon_full_params(model):
+                weights = [model.module[0].weight.cpu().tolist(), model.module[2].bias.cpu().tolist()]
+        out[kind] = weights
+    dist.destroy_process_group()
+    queue.put((rank, out))
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue), nprocs=2)
+    results = [r for _, r in sorted([queue.get(), queue.get()], key=lambda r: r[0])]
+    single = make_model().to("xpu:0")
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for x in batches():
+        opt.zero_grad(); single(x.to("xpu:0")).pow(2).mean().backward(); opt.step()
+    ref = [single[0].weight.detach().cpu(), single[2].bias.detach().cpu()]
+    close = lambda ws: all(torch.allclose(torch.tensor(w), r, atol=1e-5) for w, r in zip(ws, ref))
+    print(json.dumps({"mesh": results[0]["mesh"], "fsdp2": [close(r["fsdp2"]) for r in results],
+                      "fsdp1": [close(r["fsdp1"]) for r in results]}))
+"""
+
+
+def test_fsdp1_fsdp2_and_device_mesh_match_one_device(run_emulated, tmp_path):
+    script = tmp_path / "fsdp.py"
+    script.write_text(_FSDP)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert json.loads(out.strip().splitlines()[-1]) == {"mesh": "xpu", "fsdp2": [True, True], "fsdp1": [True, True]}
