@@ -10,7 +10,6 @@ from pathlib import Path
 
 from lightning_xpu import emulator
 
-_PTH = Path(__file__).resolve().parent.parent.parent / "lightning_xpu_emulator.pth"
 _PTH_LINE = (
     'import os; os.environ.get("LIGHTNING_XPU_EMULATOR", "").strip() not in ("", "0") and '
     '__import__("lightning_xpu.emulator._startup", fromlist=["_"]).install()\n'

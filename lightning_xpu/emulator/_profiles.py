@@ -38,7 +38,9 @@ PROFILES: dict[str, Profile] = {
     for p in (
         Profile("max1550", "Intel(R) Data Center GPU Max 1550", 64 * GiB, True, 0x0BD5, 512, 64, (16, 32), True, True),
         Profile("max1100", "Intel(R) Data Center GPU Max 1100", 48 * GiB, True, 0x0BDA, 448, 56, (16, 32), True, True),
-        Profile("arc-a770", "Intel(R) Arc(TM) A770 Graphics", 16 * GiB, False, 0x56A0, 512, 32, (8, 16, 32), False, False),
+        Profile(
+            "arc-a770", "Intel(R) Arc(TM) A770 Graphics", 16 * GiB, False, 0x56A0, 512, 32, (8, 16, 32), False, False
+        ),
         Profile("b580", "Intel(R) Arc(TM) B580 Graphics", 12 * GiB, True, 0xE20B, 160, 20, (16, 32), False, True),
     )
 }

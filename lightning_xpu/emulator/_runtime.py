@@ -144,9 +144,9 @@ def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None
 
 def _install_torch_xpu(torch: Any, n: int) -> None:
     """Rebind what ``torch.xpu`` captured at import time from the CPU build."""
-    import torch.xpu as xpu
     import torch.xpu.random
     import torch.xpu.streams
+    from torch import xpu
 
     from lightning_xpu.emulator._streams import make_stream_classes
 

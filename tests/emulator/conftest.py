@@ -50,7 +50,13 @@ def run_emulated(emulator_site: Path, tmp_path: Path):
         script = tmp_path / "body.py"
         script.write_text(textwrap.dedent(code))
         proc = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, str(script)],
+            check=False,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if proc.returncode != 0:
             pytest.fail(f"emulated process failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}")

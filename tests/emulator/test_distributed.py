@@ -62,7 +62,9 @@ if __name__ == "__main__":
 def test_collectives_across_two_processes(run_emulated, backend, tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(_COLLECTIVES)
-    out = run_emulated(f"import runpy, sys; sys.argv = ['x', {backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')")
+    out = run_emulated(
+        f"import runpy, sys; sys.argv = ['x', {backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
     available, r0, r1 = json.loads(out.strip().splitlines()[-1])
     assert available is True
     for rank, r in enumerate((r0, r1)):

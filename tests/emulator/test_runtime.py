@@ -279,3 +279,20 @@ def test_invalid_settings_fail_clearly(run_emulated):
     rc, message = out.split(" ", 1)
     assert rc == "1"
     assert "Unknown emulated XPU profile 'h100'" in message
+
+
+def test_profiler_accepts_xpu_activity_and_pinned_memory_works(run_emulated):
+    out = run_emulated(
+        """
+        import json, torch
+        from torch.profiler import ProfilerActivity, profile
+        x = torch.ones(4, device="xpu")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.XPU]) as prof:
+            (x * 2).sum().item()
+        names = {e.key for e in prof.key_averages()}
+        pinned = torch.ones(3).pin_memory()
+        print(json.dumps(["aten::mul" in names, pinned.is_pinned(), torch.ones(3).is_pinned(),
+                          pinned.to("xpu", non_blocking=True).device.type]))
+        """
+    )
+    assert json.loads(out.strip().splitlines()[-1]) == [True, True, False, "xpu"]
