@@ -636,19 +636,28 @@ struct FallbackState {
     }
   }
 
-  // Output produced by the CPU kernel -> xpu tensor.
-  at::Tensor to_device(const at::Tensor& o, std::unordered_map<c10::StorageImpl*, c10::Storage>& adopted) {
+  // Output produced by the CPU kernel -> xpu tensor. `refs` counts the op's outputs per storage: memory
+  // referenced only by them is adopted (zero-copy), anything else (a kernel's cache, a CPU input passed
+  // through) is copied into a new device allocation.
+  at::Tensor to_device(const at::Tensor& o, std::unordered_map<c10::StorageImpl*, c10::Storage>& adopted,
+                       const std::unordered_map<c10::StorageImpl*, size_t>& refs) {
     if (!o.defined() || !o.device().is_cpu()) return o;
     if (const auto* xs = hv.xpu_storage_of(o)) return wrap_on_xpu(*xs, o);  // a view of an input
     auto* si = o.storage().unsafeGetStorageImpl();
     auto it = adopted.find(si);
     if (it == adopted.end()) {
       auto nbytes = si->nbytes();
-      // torch internals: take the kernel's DataPtr over instead of copying the result.
-      c10::DataPtr cpu_dp = si->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
-      si->set_nbytes(0);
-      c10::Storage xs(c10::Storage::use_byte_size_t(), nbytes,
-                      allocator.adopt(std::move(cpu_dp), nbytes, *device), &allocator, true);
+      c10::DataPtr dp;
+      if (o.storage().use_count() == refs.at(si)) {
+        // torch internals: take the kernel's DataPtr over instead of copying the result.
+        dp = allocator.adopt(si->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU))), nbytes, *device);
+        si->set_nbytes(0);
+      } else {
+        const c10::DeviceGuard guard(c10::Device(kXPU, *device));
+        dp = allocator.allocate(nbytes);
+        if (nbytes) std::memcpy(dp.get(), si->data(), nbytes);
+      }
+      c10::Storage xs(c10::Storage::use_byte_size_t(), nbytes, std::move(dp), &allocator, true);
       it = adopted.emplace(si, xs).first;
     }
     return wrap_on_xpu(it->second, o);
@@ -715,6 +724,15 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto n_rets = rets.size();
   auto rfirst = stack->size() - n_rets;
   std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;
+  std::unordered_map<c10::StorageImpl*, size_t> refs;
+  auto count = [&](const at::Tensor& t) {
+    if (t.defined() && t.device().is_cpu() && t.has_storage()) refs[t.storage().unsafeGetStorageImpl()]++;
+  };
+  for (size_t i = 0; i < n_rets; ++i) {
+    const auto& v = (*stack)[rfirst + i];
+    if (v.isTensor()) count(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) count(t);
+  }
   for (size_t i = 0; i < n_rets; ++i) {
     auto& v = (*stack)[rfirst + i];
     const auto* ai = rets[i].alias_info();
@@ -725,10 +743,10 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       continue;
     }
-    if (v.isTensor()) v = fs.to_device(v.toTensor(), adopted);
+    if (v.isTensor()) v = fs.to_device(v.toTensor(), adopted, refs);
     else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(fs.to_device(t, adopted));
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(fs.to_device(t, adopted, refs));
       v = out;
     }
   }
