@@ -124,3 +124,37 @@ def test_checkpoint_round_trips_are_bitwise_exact(run_emulated, tmp_path):
         """
     )
     assert json.loads(out) == [True, "xpu:1", True, True, True, True, "xpu:0", True, "xpu:1", True, True]
+
+
+def test_convolution_and_attention_match_cpu(run_emulated):
+    out = run_emulated(
+        """
+        import json, torch
+        import torch.nn.functional as F
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)
+                self.up = torch.nn.ConvTranspose2d(6, 4, 2, stride=2)
+                self.attn = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+
+            def forward(self, x, q):
+                y = self.up(torch.relu(self.conv(x)))
+                a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                return y.sum() + self.attn(a.flatten(1, 2)).sum()
+
+        def run(device):
+            torch.manual_seed(0)
+            net = Net().to(device)
+            x, q = torch.randn(2, 4, 6, 6), torch.randn(2, 2, 5, 4)
+            net(x.to(device), q.to(device)).backward()
+            return [p.grad.cpu() for p in net.parameters()], str(net.conv.weight.grad.device)
+
+        cpu, _ = run("cpu")
+        xpu, device = run("xpu:1")
+        print(json.dumps([len(cpu), all(torch.allclose(a, b, atol=1e-5) for a, b in zip(cpu, xpu)), device]))
+        """
+    )
+    count, match, device = json.loads(out)
+    assert count > 10 and match and device == "xpu:1"

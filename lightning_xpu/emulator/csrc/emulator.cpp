@@ -23,6 +23,9 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_scaled_dot_product_attention_math.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -571,6 +574,52 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 void record_stream(at::Tensor&, c10::Stream) {}  // work is synchronous: nothing to defer
 
+// A CPU result placed in new memory on `like`'s xpu device.
+at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
+  if (!cpu.defined()) return cpu;
+  auto out = empty_strided(cpu.sizes(), cpu.strides(), cpu.scalar_type(), std::nullopt, like.device(), std::nullopt);
+  HostViews hv;
+  hv.to_cpu(out).copy_(cpu);
+  return out;
+}
+
+// torch internals: at::_convolution sends devices other than CPU/CUDA to convolution_overrideable, which has no
+// CPU kernel for the fallback to run; compute it (and its backward) with the CPU convolution on host views.
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  check_not_bad_fork();
+  HostViews hv;
+  std::optional<at::Tensor> b = bias && bias->defined() ? std::optional<at::Tensor>(hv.to_cpu(*bias)) : std::nullopt;
+  auto out = at::convolution(hv.to_cpu(input), hv.to_cpu(weight), b, stride, padding, dilation, transposed,
+                             output_padding, groups);
+  return on_device_of(out, input);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  check_not_bad_fork();
+  HostViews hv;
+  std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
+  auto [gi, gw, gb] = at::convolution_backward(hv.to_cpu(grad_output), hv.to_cpu(input), hv.to_cpu(weight),
+                                               output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt,
+                                               stride, padding, dilation, transposed, output_padding, groups,
+                                               output_mask);
+  return {on_device_of(gi, input), on_device_of(gw, input), on_device_of(gb, input)};
+}
+
+// torch internals: scaled_dot_product_attention asks a DispatchStub for the fused kernel of the query's device
+// type, which asserts for XPU on a CPU build. Registered for AutogradXPU, the math implementation (itself a
+// composite of differentiable ops) runs instead, as it does for any device without a fused kernel.
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                                        std::optional<double> scale, bool enable_gqa) {
+  return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal, std::nullopt,
+                                                            scale, enable_gqa));
+}
+
 // ---------------------------------------------------------------- fallback
 // Every other operator runs as its CPU kernel on host views of the xpu tensors: no copies,
 // in-place updates and views land in the device memory. New outputs are adopted by the
@@ -772,6 +821,12 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_", set_empty);
   m.impl("record_stream", record_stream);
+  m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradXPU, m) {
+  m.impl("scaled_dot_product_attention", xpu_emu::scaled_dot_product_attention);
 }
 
 TORCH_LIBRARY_IMPL(_, XPU, m) {
