@@ -126,7 +126,7 @@ def test_checkpoint_round_trips_are_bitwise_exact(run_emulated, tmp_path):
     assert json.loads(out) == [True, "xpu:1", True, True, True, True, "xpu:0", True, "xpu:1", True, True]
 
 
-def test_convolution_and_attention_match_cpu(run_emulated):
+def test_convolution_attention_and_recurrent_layers_match_cpu(run_emulated):
     out = run_emulated(
         """
         import json, torch
@@ -138,11 +138,14 @@ def test_convolution_and_attention_match_cpu(run_emulated):
                 self.conv = torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)
                 self.up = torch.nn.ConvTranspose2d(6, 4, 2, stride=2)
                 self.attn = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+                self.lstm = torch.nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True)
+                self.gru = torch.nn.GRU(12, 4, batch_first=True)
 
             def forward(self, x, q):
                 y = self.up(torch.relu(self.conv(x)))
-                a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
-                return y.sum() + self.attn(a.transpose(1, 2).flatten(2)).sum()
+                a = self.attn(F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).flatten(2))
+                r, _ = self.gru(self.lstm(a)[0])
+                return y.sum() + r.pow(2).sum()
 
         def run(device):
             torch.manual_seed(0)

@@ -610,6 +610,68 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   return {on_device_of(gi, input), on_device_of(gw, input), on_device_of(gb, input)};
 }
 
+// torch internals: LSTM/GRU cells on non-CPU devices call fused cell kernels that only CUDA and XPU builds
+// have. These compute the same cell from ordinary (fallback) operators on the xpu tensors; the workspace
+// layouts are private to the forward/backward pairs below (and match the CUDA kernels': activated gates).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
+                                                               const at::Tensor& cx, const std::optional<at::Tensor>& ib,
+                                                               const std::optional<at::Tensor>& hb) {
+  auto gates = input_gates + hidden_gates;
+  if (ib && ib->defined()) gates = gates + *ib;
+  if (hb && hb->defined()) gates = gates + *hb;
+  auto c = gates.chunk(4, 1);
+  auto i = c[0].sigmoid(), f = c[1].sigmoid(), g = c[2].tanh(), o = c[3].sigmoid();
+  auto cy = f * cx + i * g;
+  auto hy = o * cy.tanh();
+  return {hy, cy, at::cat({i, f, g, o}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward_impl(
+    const std::optional<at::Tensor>& grad_hy, const std::optional<at::Tensor>& grad_cy, const at::Tensor& cx,
+    const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
+  bool has_hy = grad_hy && grad_hy->defined(), has_cy = grad_cy && grad_cy->defined();
+  if (!has_hy && !has_cy) return {at::Tensor(), at::Tensor(), at::Tensor()};
+  auto w = workspace.chunk(4, 1);
+  auto &i = w[0], &f = w[1], &g = w[2], &o = w[3];
+  auto tanh_cy = cy.tanh();
+  auto gcx = has_cy ? grad_cy->clone() : at::zeros_like(cx);
+  auto go = at::zeros_like(o);
+  if (has_hy) {
+    gcx = gcx + *grad_hy * o * (1 - tanh_cy * tanh_cy);
+    go = *grad_hy * tanh_cy * o * (1 - o);
+  }
+  auto gi = gcx * g * i * (1 - i);
+  auto gf = gcx * cx * f * (1 - f);
+  auto gg = gcx * i * (1 - g * g);
+  auto grad_gates = at::cat({gi, gf, gg, go}, 1);
+  return {grad_gates, gcx * f, has_bias ? grad_gates.sum(0) : at::Tensor()};
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates, const at::Tensor& hidden_gates,
+                                                  const at::Tensor& hx, const std::optional<at::Tensor>& ib,
+                                                  const std::optional<at::Tensor>& hb) {
+  auto ig = ib && ib->defined() ? input_gates + *ib : input_gates;
+  auto hg = hb && hb->defined() ? hidden_gates + *hb : hidden_gates;
+  auto a = ig.chunk(3, 1), b = hg.chunk(3, 1);
+  auto r = (a[0] + b[0]).sigmoid(), z = (a[1] + b[1]).sigmoid();
+  auto n = (a[2] + r * b[2]).tanh();
+  auto hy = n + z * (hx - n);
+  return {hy, at::cat({r, z, n, hx, b[2]}, 1)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru_cell_backward(
+    const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
+  auto w = workspace.chunk(5, 1);
+  auto &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
+  auto gn = grad_hy * (1 - z) * (1 - n * n);
+  auto gz = grad_hy * (hx - n) * z * (1 - z);
+  auto gr = gn * hn * r * (1 - r);
+  auto grad_input = at::cat({gr, gz, gn}, 1);
+  auto grad_hidden = at::cat({gr, gz, gn * r}, 1);
+  return {grad_input, grad_hidden, grad_hy * z, has_bias ? grad_input.sum(0) : at::Tensor(),
+          has_bias ? grad_hidden.sum(0) : at::Tensor()};
+}
+
 // torch internals: scaled_dot_product_attention asks a DispatchStub for the fused kernel of the query's device
 // type, which asserts for XPU on a CPU build. Registered for AutogradXPU, the math implementation (itself a
 // composite of differentiable ops) runs instead, as it does for any device without a fused kernel.
@@ -823,6 +885,10 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("record_stream", record_stream);
   m.impl("convolution_overrideable", convolution_overrideable);
   m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
+  m.impl("_thnn_fused_lstm_cell", fused_lstm_cell);
+  m.impl("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl);
+  m.impl("_thnn_fused_gru_cell", fused_gru_cell);
+  m.impl("_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradXPU, m) {
