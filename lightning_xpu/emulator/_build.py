@@ -8,7 +8,6 @@ processes (pytest-xdist workers, DDP ranks) safe, and the result is moved into p
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
 import os
@@ -111,6 +110,8 @@ def build(verbose: bool = False) -> Path:
     target = library_path()
     if target.exists():
         return target
+    import fcntl  # POSIX only, like the emulator itself
+
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the OS if this process dies

@@ -41,10 +41,14 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Arrange for the emulator to be enabled once torch is imported (now, if it already is)."""
-    from lightning_xpu.emulator import requested_num_devices
+    """Arrange for the emulator to be enabled once torch is imported (now, if it already is).
 
-    if requested_num_devices() is None:
+    The settings are validated by :func:`lightning_xpu.emulator.enable`, so a bad value fails ``import torch``
+    loudly instead of being reported and skipped by the ``.pth`` processing at start-up.
+    """
+    import os
+
+    if os.environ.get("LIGHTNING_XPU_EMULATOR", "").strip() in ("", "0"):
         return
     if "torch" in sys.modules:
         _enable_after_torch_import()

@@ -285,14 +285,16 @@ def test_invalid_settings_fail_clearly(run_emulated):
     out = run_emulated(
         """
         import subprocess, sys, os
-        env = dict(os.environ, LIGHTNING_XPU_EMULATOR_DEVICE="h100")
-        p = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
-        print(p.returncode, p.stderr.strip().splitlines()[-1])
+        for setting in ({"LIGHTNING_XPU_EMULATOR_DEVICE": "h100"}, {"LIGHTNING_XPU_EMULATOR": "two"}):
+            env = dict(os.environ, **setting)
+            p = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+            print(p.returncode, p.stderr.strip().splitlines()[-1])
         """
     )
-    rc, message = out.split(" ", 1)
-    assert rc == "1"
-    assert "Unknown emulated XPU profile 'h100'" in message
+    (rc1, message1), (rc2, message2) = (line.split(" ", 1) for line in out.splitlines())
+    assert rc1 == rc2 == "1"
+    assert "Unknown emulated XPU profile 'h100'" in message1
+    assert "LIGHTNING_XPU_EMULATOR must be a device count >= 1 (or unset), got 'two'" in message2
 
 
 def test_profiler_accepts_xpu_activity_and_pinned_memory_works(run_emulated):
