@@ -146,7 +146,7 @@ def test_ddp_two_devices_matches_one_device_with_doubled_batch(run_emulated, tmp
 
 
 _FSDP = """
-import json, os, socket, torch, torch.distributed as dist
+import json, os, socket, tempfile, torch, torch.distributed as dist
 import torch.multiprocessing as mp
 
 def make_model():
@@ -157,10 +157,11 @@ def batches():
     g = torch.Generator().manual_seed(1)
     return [torch.randn(8, 6, generator=g) for _ in range(4)]
 
-def worker(rank, port, queue):
+def worker(rank, port, queue, ckpt_dir):
     torch.xpu.set_device(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
     mesh = init_device_mesh("xpu", (2,))
@@ -179,6 +180,14 @@ def worker(rank, port, queue):
             opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
         if kind == "fsdp2":
             weights = [model[0].weight.full_tensor().cpu().tolist(), model[2].bias.full_tensor().cpu().tolist()]
+            dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt_dir)     # sharded checkpoint round trip
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.zero_()
+            state = {"model": model.state_dict()}
+            dcp.load(state, checkpoint_id=ckpt_dir)
+            model.load_state_dict(state["model"])
+            out["dcp"] = model[0].weight.full_tensor().cpu().tolist() == weights[0]
         else:
             with FSDP.summon_full_params(model):
                 weights = [model.module[0].weight.cpu().tolist(), model.module[2].bias.cpu().tolist()]
@@ -191,7 +200,7 @@ if __name__ == "__main__":
         s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.spawn(worker, args=(port, queue), nprocs=2)
+    mp.spawn(worker, args=(port, queue, tempfile.mkdtemp()), nprocs=2)
     results = [r for _, r in sorted([queue.get(), queue.get()], key=lambda r: r[0])]
     single = make_model().to("xpu:0")
     opt = torch.optim.SGD(single.parameters(), lr=0.1)
@@ -200,12 +209,17 @@ if __name__ == "__main__":
     ref = [single[0].weight.detach().cpu(), single[2].bias.detach().cpu()]
     close = lambda ws: all(torch.allclose(torch.tensor(w), r, atol=1e-5) for w, r in zip(ws, ref))
     print(json.dumps({"mesh": results[0]["mesh"], "fsdp2": [close(r["fsdp2"]) for r in results],
-                      "fsdp1": [close(r["fsdp1"]) for r in results]}))
+                      "fsdp1": [close(r["fsdp1"]) for r in results], "dcp": [r["dcp"] for r in results]}))
 """
 
 
-def test_fsdp1_fsdp2_and_device_mesh_match_one_device(run_emulated, tmp_path):
+def test_fsdp1_fsdp2_device_mesh_and_sharded_checkpoints(run_emulated, tmp_path):
     script = tmp_path / "fsdp.py"
     script.write_text(_FSDP)
     out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
-    assert json.loads(out.strip().splitlines()[-1]) == {"mesh": "xpu", "fsdp2": [True, True], "fsdp1": [True, True]}
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "mesh": "xpu",
+        "fsdp2": [True, True],
+        "fsdp1": [True, True],
+        "dcp": [True, True],
+    }
