@@ -213,18 +213,19 @@ def test_mixed_devices_fail_like_the_real_runtime(run_emulated):
             except RuntimeError as e:
                 print(str(e).split("!")[0])
         print((a + torch.tensor(2.0)).device, torch.arange(4.0, device="xpu")[torch.tensor([1, 3])].tolist())
-        lin = torch.nn.Linear(2, 2)
-        try:
-            lin(a)
-        except RuntimeError as e:
-            print("linear:", "same device" in str(e))
+        for name, layer, x in (("linear", torch.nn.Linear(2, 2), a), ("conv", torch.nn.Conv1d(1, 1, 1), a.view(1, 1, 2))):
+            try:
+                layer(x)                          # parameters left on the CPU
+                print(name, "no error")
+            except RuntimeError as e:
+                print(name + ":", "same device" in str(e))
         """
     )
     lines = out.splitlines()
     assert lines[0].endswith("found at least two devices, xpu:0 and xpu:1")
     assert lines[1].endswith("found at least two devices, xpu:0 and cpu")
     assert lines[2] == "xpu:0 [1.0, 3.0]"
-    assert lines[3] == "linear: True"
+    assert lines[3:] == ["linear: True", "conv: True"]
 
 
 def test_counters(run_emulated):
