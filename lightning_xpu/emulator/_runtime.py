@@ -9,6 +9,7 @@ memory statistics, streams) runs on top of them.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -75,11 +76,19 @@ def enable(num_devices: int, profile_key: str) -> None:
             )
         _install_torch_c(torch, ext, num_devices, prof)
         _install_torch_xpu(torch, num_devices)
-        atexit.register(ext.stop_autograd_device_threads)
+        atexit.register(_stop_autograd_device_threads, ext, os.getpid())
         _state.update(native=ext, num_devices=num_devices, profile=prof)
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
+
+
+def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:
+    if os.getpid() == pid:
+        ext.stop_autograd_device_threads()
+    else:
+        # A forked child has the engine's state but not its threads: torch's own shutdown would wait 10 s for them.
+        os.environ["TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT"] = "0"
 
 
 def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None:

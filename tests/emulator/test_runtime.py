@@ -313,3 +313,22 @@ def test_profiler_accepts_xpu_activity_and_pinned_memory_works(run_emulated):
         """
     )
     assert json.loads(out.strip().splitlines()[-1]) == [True, True, False, "xpu"]
+
+
+def test_forked_child_exits_promptly_after_backward(run_emulated):
+    out = run_emulated(
+        """
+        import os, sys, time, torch
+        x = torch.ones(2, device="xpu", requires_grad=True)
+        (x * 2).sum().backward()                  # starts autograd's xpu device threads
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)                           # a normal interpreter exit in the child
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), time.monotonic() - start)
+        """
+    )
+    code, seconds = out.split()
+    assert code == "0"
+    assert float(seconds) < 8  # torch's shutdown would otherwise wait 10 s for threads the child does not have
