@@ -33,6 +33,7 @@ class ApplyResult:
     kind: str
     applied: tuple[str, ...]
     checked_only: bool
+    already_present: tuple[str, ...] = ()
 
 
 class PatchFailed(ToolError):
@@ -138,7 +139,9 @@ def apply_to_git(series: Series, target: Path, *, check: bool = False) -> ApplyR
     head = run_git(["rev-parse", "HEAD"], target).stdout.strip()
     env = {} if run_git(["var", "GIT_COMMITTER_IDENT"], target, check=False).returncode == 0 else {
         "GIT_COMMITTER_NAME": "lightning-xpu", "GIT_COMMITTER_EMAIL": "apply@lightning-xpu.invalid"}
+    skipped = []
     for index, patch in enumerate(series.patches):
+        before = run_git(["rev-parse", "HEAD"], target).stdout.strip()
         proc = run_git(["am", "-3", "--quiet", str(patch.path)], target, env=env, check=False)
         if proc.returncode != 0:
             message = describe_failure(patch, proc.stderr + proc.stdout)
@@ -149,7 +152,10 @@ def apply_to_git(series: Series, target: Path, *, check: bool = False) -> ApplyR
             run_git(["reset", "--hard", "--quiet", head], target)
             applied = f" (after {index} patches applied cleanly)" if index else ""
             raise PatchFailed(f"{message}{applied}; {target} is back at {head[:12]}")
-    return ApplyResult(target, "git", tuple(p.name for p in series.patches), False)
+        if run_git(["rev-parse", "HEAD"], target).stdout.strip() == before:
+            skipped.append(patch.name)  # git am -3 found the change already present and made no commit
+    applied = tuple(p.name for p in series.patches if p.name not in skipped)
+    return ApplyResult(target, "git", applied, False, tuple(skipped))
 
 
 def _hunk_report(target: Path, patch: Patch) -> str | None:
