@@ -119,7 +119,8 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
         junit = scratch / f"prefix-{index:03d}.xml"
         code, cases, output = run_tests(tree, workers, pytest_args, junit)
         result.tests = summary(cases)
-        result.failed = [f"{c.id}: {c.message}" if c.message else c.id for c in cases if c.outcome in ("failed", "error")]
+        broken = [c for c in cases if c.outcome in ("failed", "error")]
+        result.failed = [f"{c.id}: {c.message}" if c.message else c.id for c in broken]
         if code != 0:
             result.status = "tests"
             result.detail = f"pytest exited with {code}" if cases else _tail(output)
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", type=Path, help="series directory (default: this checkout's patches/)")
     parser.add_argument("--base-tree", type=Path, help="an unpacked base tree to copy (default: the pinned sdist)")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per prefix; 0 runs in-process")
-    parser.add_argument("--keep-going", action="store_true", help="check every prefix instead of stopping at the first break")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="check every prefix instead of stopping at the first break")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (put them after --)")
     ns = parser.parse_args(argv)
 

@@ -131,7 +131,8 @@ def test_paths(tree: Path, series: Series) -> list[str]:
 
 
 def _outermost(paths: list[str]) -> list[str]:
-    """Drop the paths that another path in the list (a directory) already covers."""
+    """Drop repeated paths and those that another path in the list (a directory) already covers."""
+    paths = list(dict.fromkeys(paths))
     return [p for p in paths if not any(p != d and p.startswith(d + "/") for d in paths)]
 
 
@@ -174,7 +175,7 @@ def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list
     new = {c.id: c for c in after}
     changed, regressions = [], []
     for test_id, case in old.items():
-        now = new[test_id] if test_id in new else None
+        now = new.get(test_id)
         outcome = now.outcome if now else "missing"
         if outcome != case.outcome:
             line = f"{test_id}: {case.outcome} -> {outcome}" + (f" ({now.message})" if now and now.message else "")
@@ -207,7 +208,7 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
         report.patches.append(apply_patch(clone, patch))
     if report.test_paths:
         # the series may add test files in directories upstream does not have yet
-        paths = report.test_paths if ns.tests else _outermost(list(dict.fromkeys(report.test_paths + test_paths(clone, series))))
+        paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
         report.after = summary(after)
         report.changed, report.regressions, added = compare(before, after, series)

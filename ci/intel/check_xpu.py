@@ -32,7 +32,8 @@ def problem(min_devices: int = 1) -> str | None:
     if not torch.xpu.is_available() or torch.xpu.device_count() == 0:
         settings = ", ".join(f"{v}={os.environ[v]}" for v in _VISIBILITY_VARS if v in os.environ) or "none set"
         return ("torch.xpu.is_available() is False: check the Intel GPU driver and Level Zero runtime (`clinfo`, "
-                f"`xpu-smi discovery`), that this user may open /dev/dri/renderD*, and the device selection ({settings})")
+                "`xpu-smi discovery`), that this user may open /dev/dri/renderD*, and the device selection "
+                f"({settings})")
     names = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
     if any("emulated" in name.lower() for name in names):
         return f"the visible XPUs are emulated ({', '.join(names)}); the real-hardware tier needs real Intel GPUs"

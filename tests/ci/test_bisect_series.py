@@ -23,7 +23,8 @@ BREAK_ADD = {
 ADD_README = {"src/lightning/fabric/NOTES.md": "notes\n"}
 ADD_NEG = {
     "src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
-    "tests/tests_fabric/test_neg.py": "from lightning.fabric.neg import neg\n\n\ndef test_neg():\n    assert neg(2) == -2\n",
+    "tests/tests_fabric/test_neg.py": "from lightning.fabric.neg import neg\n\n\n"
+    "def test_neg():\n    assert neg(2) == -2\n",
 }
 
 

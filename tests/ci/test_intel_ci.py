@@ -58,9 +58,8 @@ def test_check_reports_emulated_devices_and_too_few_devices(monkeypatch):
 
 
 def _junit(path: Path, *cases: str) -> None:
-    body = "".join(
-        f'<testcase classname="tests_fabric.test_xpu" name="test_{i}">{inner}</testcase>' for i, inner in enumerate(cases)
-    )
+    body = "".join(f'<testcase classname="tests_fabric.test_xpu" name="test_{i}">{inner}</testcase>'
+                   for i, inner in enumerate(cases))
     path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
 
 
