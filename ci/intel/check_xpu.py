@@ -1,6 +1,7 @@
 """Refuse to run the real-hardware tier unless torch sees a real Intel GPU.
 
     python ci/intel/check_xpu.py [--min-devices N]
+    python ci/intel/check_xpu.py --preflight    # before torch is installed: emulator off, a GPU render node exists
 
 Prints the devices and exits 0, or prints ``ERROR: no XPU visible: <why and what to do>`` and exits 1. The emulated
 XPU (``LIGHTNING_XPU_EMULATOR``) does not count: the real-hardware tier exists to run on real devices.
@@ -9,11 +10,24 @@ XPU (``LIGHTNING_XPU_EMULATOR``) does not count: the real-hardware tier exists t
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 
 EMULATOR_VAR = "LIGHTNING_XPU_EMULATOR"
 _VISIBILITY_VARS = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "ZE_FLAT_DEVICE_HIERARCHY")
+
+
+def preflight_problem() -> str | None:
+    """What rules out an XPU before torch is even installed: the emulator switched on, or no GPU device node."""
+    emulator = os.environ.get(EMULATOR_VAR, "")
+    if emulator not in ("", "0"):
+        return (f"the XPU emulator is switched on ({EMULATOR_VAR}={emulator}); the real-hardware tier runs on real "
+                f"Intel GPUs only: unset {EMULATOR_VAR}")
+    if sys.platform.startswith("linux") and not (glob.glob("/dev/dri/renderD*") or os.path.exists("/dev/dxg")):
+        return ("this machine has no GPU render node (/dev/dri/renderD*): install the Intel GPU driver, or run the "
+                "container with --device /dev/dri")
+    return None
 
 
 def problem(min_devices: int = 1) -> str | None:
@@ -45,11 +59,15 @@ def problem(min_devices: int = 1) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--min-devices", type=int, default=1, help="fail with fewer visible XPUs (default: 1)")
+    parser.add_argument("--preflight", action="store_true", help="only the checks that need no torch")
     ns = parser.parse_args(argv)
-    reason = problem(ns.min_devices)
+    reason = preflight_problem() if ns.preflight else problem(ns.min_devices)
     if reason is not None:
         print(f"ERROR: no XPU visible: {reason}", file=sys.stderr)
         return 1
+    if ns.preflight:
+        print("preflight: the emulator is off and a GPU device node exists")
+        return 0
     import torch
 
     print(f"torch {torch.__version__}, XPU runtime {torch.version.xpu}, {torch.xpu.device_count()} XPU(s):")

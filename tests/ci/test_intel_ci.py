@@ -32,6 +32,20 @@ def test_dry_run_without_an_intel_gpu_stops_with_no_xpu_visible(tmp_path, script
     assert not out.exists()  # nothing was built, installed or written
 
 
+def test_preflight_refuses_before_any_download(monkeypatch):
+    """``tox -e xpu`` and the workflow run this before installing gigabytes of XPU wheels."""
+    from ci.intel import check_xpu
+
+    monkeypatch.setattr(check_xpu.sys, "platform", "linux")
+    monkeypatch.setattr(check_xpu.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(check_xpu.os.path, "exists", lambda path: False)
+    assert "no GPU render node (/dev/dri/renderD*)" in check_xpu.preflight_problem()
+    monkeypatch.setattr(check_xpu.glob, "glob", lambda pattern: ["/dev/dri/renderD128"])
+    assert check_xpu.preflight_problem() is None
+    monkeypatch.setenv("LIGHTNING_XPU_EMULATOR", "2")
+    assert "the XPU emulator is switched on" in check_xpu.preflight_problem()
+
+
 def test_the_emulator_does_not_count_as_an_xpu(tmp_path):
     proc = subprocess.run([sys.executable, str(INTEL / "run_xpu_tier.py"), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, env=_env(LIGHTNING_XPU_EMULATOR="2"), timeout=120)
