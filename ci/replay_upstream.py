@@ -49,9 +49,11 @@ SKIP_MESSAGE = (
 )
 # committer identity for the temporary clone's commits; the user's git config is not read
 _IDENT = {"GIT_COMMITTER_NAME": "lightning-xpu replay", "GIT_COMMITTER_EMAIL": "replay@lightning-xpu.invalid",
+          "GIT_AUTHOR_NAME": "lightning-xpu replay", "GIT_AUTHOR_EMAIL": "replay@lightning-xpu.invalid",
           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
 _PACKAGES = {"src/lightning/fabric/": "tests_fabric", "src/lightning/pytorch/": "tests_pytorch"}
 _TIER_VARIABLES = ("LIGHTNING_XPU_EMULATOR", "RUN_ONLY_XPU_TESTS", "RUN_ONLY_CUDA_TESTS", "PL_RUN_STANDALONE_TESTS")
+CHANGELOG = "CHANGELOG.md"
 _OFFSET = re.compile(r"Hunk #\d+ succeeded at \d+ \(offset (-?\d+) lines?\)")
 REGRESSIONS = {("passed", "failed"), ("passed", "error"), ("skipped", "failed"), ("skipped", "error"),
                ("passed", "missing"), ("skipped", "missing")}
@@ -62,6 +64,7 @@ class PatchOutcome:
     patch: str
     result: str  # clean | 3-way | CONFLICT
     detail: str = ""
+    changelog_only: bool = False  # the conflict is in CHANGELOG.md only; the code applied and was kept
 
 
 @dataclass
@@ -151,21 +154,62 @@ def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, 
     return read_cases(junit)
 
 
+def drop_missing_blobs(tree: Path) -> list[str]:
+    """Remove from the index the files whose blobs the checkout lacks, so that ``git am`` can write trees.
+
+    Mirrors that leave out their largest files (images under docs/) still list them in every tree; such a file is
+    outside what the series and the tests touch, and dropping it from the temporary clone's index changes neither.
+    """
+    listing = git(["ls-tree", "-r", "--full-tree", "HEAD"], tree).stdout.splitlines()
+    entries = [(line.split()[2], line.split("\t", 1)[1]) for line in listing if line.split()[1] == "blob"]
+    proc = subprocess.run(["git", "cat-file", "--batch-check=%(objectname) %(objecttype)"], cwd=tree, text=True,
+                          input="".join(f"{sha}\n" for sha, _ in entries), capture_output=True)
+    missing = {line.split()[0] for line in proc.stdout.splitlines() if line.endswith(" missing")}
+    paths = [path for sha, path in entries if sha in missing]
+    if paths:
+        git(["update-index", "--force-remove", "--", *paths], tree)
+        git(["commit", "--quiet", "--no-verify", "-m", "replay: leave out files missing from this checkout"], tree)
+    return paths
+
+
+def _abort(tree: Path) -> None:
+    git(["am", "--abort"], tree, check=False)
+    git_dir = Path(git(["rev-parse", "--absolute-git-dir"], tree).stdout.strip())
+    if (git_dir / "rebase-apply").exists():
+        raise ToolError(f"`git am --abort` could not clean up the replay clone {tree}")
+
+
 def apply_patch(tree: Path, patch: Patch) -> PatchOutcome:
-    """Apply one patch as a commit; classify it and skip it when it conflicts."""
-    check = git(["apply", "--check", "--verbose", str(patch.path)], tree, check=False)
-    if check.returncode == 0 and git(["am", "--quiet", str(patch.path)], tree, check=False).returncode == 0:
+    """Apply one patch as a commit; classify it, and skip it when it conflicts.
+
+    Upstream's CHANGELOG.md files change with every merged PR, so a conflict there says little about the code: a
+    patch that conflicts is tried again without its CHANGELOG.md hunks, and if its code then applies, that code is
+    kept (so the later patches are checked against it) and the conflict is reported as CHANGELOG-only.
+    """
+    outcome = _apply(tree, patch)
+    if outcome.result != "CONFLICT" or not any(f.endswith(CHANGELOG) for f in patch.files):
+        return outcome
+    code = _apply(tree, patch, f"--exclude=*{CHANGELOG}")
+    if code.result == "CONFLICT":
+        return PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
+    return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
+                        f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+
+
+def _apply(tree: Path, patch: Patch, *options: str) -> PatchOutcome:
+    check = git(["apply", "--check", "--verbose", *options, str(patch.path)], tree, check=False)
+    if check.returncode == 0 and git(["am", "--quiet", *options, str(patch.path)], tree, check=False).returncode == 0:
         offsets = _OFFSET.findall(check.stderr + check.stdout)
         return PatchOutcome(patch.name, "clean", f"{len(offsets)} hunk(s) at an offset" if offsets else "")
-    git(["am", "--abort"], tree, check=False)
-    proc = git(["am", "-3", "--quiet", str(patch.path)], tree, check=False)
+    _abort(tree)
+    proc = git(["am", "-3", "--quiet", *options, str(patch.path)], tree, check=False)
     if proc.returncode == 0:
         return PatchOutcome(patch.name, "3-way")
     conflicted = git(["diff", "--name-only", "--diff-filter=U"], tree, check=False).stdout.split()
     detail = f"merge conflict in {', '.join(conflicted)}" if conflicted else describe_failure(
         patch, proc.stderr + proc.stdout).split(": ", 1)[-1]
     git(["am", "--skip"], tree, check=False)
-    git(["am", "--abort"], tree, check=False)
+    _abort(tree)
     return PatchOutcome(patch.name, "CONFLICT", detail)
 
 
@@ -200,6 +244,9 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
     report = RefReport(ref, sha[:12], note)
     git(["checkout", "--quiet", "--force", "--detach", sha], clone)
     git(["clean", "-fdxq"], clone)
+    if dropped := drop_missing_blobs(clone):
+        report.note = "; ".join(filter(None, [report.note, f"{len(dropped)} file(s) whose contents this checkout "
+                                              f"lacks were left out of the replay (e.g. {dropped[0]})"]))
     report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series))
     safe = re.sub(r"\W", "_", ref)
     before = run_upstream_tests(clone, report.test_paths, ns.workers, scratch / f"{safe}-before.xml", ns.timeout)
@@ -226,7 +273,9 @@ def print_report(report: RefReport) -> None:
         detail = f"  {outcome.detail}" if outcome.detail else ""
         print(f"   {outcome.patch:<{width}}  {outcome.result}{detail}")
     counts = {r: sum(p.result == r for p in report.patches) for r in ("clean", "3-way", "CONFLICT")}
-    print("   patches: " + ", ".join(f"{n} {r}" for r, n in counts.items()))
+    changelog = sum(p.changelog_only for p in report.patches)
+    print("   patches: " + ", ".join(f"{n} {r}" for r, n in counts.items())
+          + (f" ({changelog} of them only in {CHANGELOG})" if changelog else ""))
     if not report.test_paths:
         print("   upstream tests: not run")
         return
