@@ -15,7 +15,9 @@ CALC = ['"""Arithmetic."""', "", "", "def add(a, b):", "    return a + b", "", "
 TESTS = ("from lightning.fabric.calc import add, div, mul, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
          "def test_sub():\n    assert sub(2, 3) == -1\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\n"
          "def test_div():\n    assert div(3, 2) == 1.5\n")
-SRC = {"src/lightning/__init__.py": "", "src/lightning/fabric/__init__.py": ""}
+SRC = {"src/lightning/__init__.py": "", "src/lightning/fabric/__init__.py": "",
+       "src/lightning/fabric/CHANGELOG.md": "# Changelog\n\n## Unreleased\n\n## 1.0.0\n\n- First release\n"}
+CHANGELOG = "src/lightning/fabric/CHANGELOG.md"
 
 
 def calc(**lines: str) -> str:
@@ -29,21 +31,24 @@ def calc(**lines: str) -> str:
 def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
     """An upstream history (tag 1.0.0, then master) and a series made against the 1.0.0 sources.
 
-    On master, patch 2's context moved (a 3-way merge fixes that) and patch 3's line was rewritten (a conflict).
-    Patch 2 breaks upstream's ``test_mul``; patch 1 adds a module and a test of its own.
+    On master, patch 2's context moved (a 3-way merge fixes that) and patch 3's line was rewritten (a conflict);
+    patch 1's CHANGELOG entry conflicts with another one there. Patch 2 breaks upstream's ``test_mul``; patch 1 adds
+    a module and a test of its own.
     """
     upstream = tmp_path / "upstream"
     init_repo(upstream, {**SRC, "src/lightning/fabric/calc.py": calc(), "tests/tests_fabric/__init__.py": "",
                          "tests/tests_fabric/test_calc.py": TESTS})
     git(upstream, "tag", "1.0.0")
     commit(upstream, "later upstream work", {"src/lightning/fabric/calc.py": calc(
-        l16="def div(a, b):  # true division", l9="    return a.__sub__(b)")})
+        l16="def div(a, b):  # true division", l9="    return a.__sub__(b)"),
+        CHANGELOG: SRC[CHANGELOG].replace("## Unreleased\n", "## Unreleased\n\n- Faster `div`\n")})
 
     workspace = tmp_path / "workspace"  # the sdist: sources only, no tests
     init_repo(workspace, {**SRC, "src/lightning/fabric/calc.py": calc()})
+    entry = SRC[CHANGELOG].replace("## Unreleased\n", "## Unreleased\n\n- Add `neg`\n")
+    test_neg = "from lightning.fabric.neg import neg\n\n\ndef test_neg():\n    assert neg(2) == -2\n"
     commit(workspace, "fabric: add neg", {"src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
-                                          "tests/tests_fabric/test_neg.py": "from lightning.fabric.neg import neg\n\n\n"
-                                          "def test_neg():\n    assert neg(2) == -2\n"})
+                                          CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
     commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
     commit(workspace, "fabric: change sub", {"src/lightning/fabric/calc.py": calc(
         l13="    return a * b + 1", l9="    return -(b - a)")})
@@ -64,15 +69,20 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     tag, main = json.loads(report.read_text())
     assert [p["result"] for p in tag["patches"]] == ["clean", "clean", "clean"]
-    assert [p["result"] for p in main["patches"]] == ["clean", "3-way", "CONFLICT"]
+    assert [p["result"] for p in main["patches"]] == ["CONFLICT", "3-way", "CONFLICT"]
+    assert main["patches"][0]["changelog_only"]
+    assert main["patches"][0]["detail"] == (
+        f"only in CHANGELOG.md (merge conflict in {CHANGELOG}); the code applies clean")
     assert main["patches"][2]["detail"] == "merge conflict in src/lightning/fabric/calc.py"
+    assert not main["patches"][2]["changelog_only"]
     for ref in (tag, main):
         assert ref["test_paths"] == ["tests_fabric"]
         assert ref["before"] == "4 passed"
         assert ref["regressions"] == ["tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
-        assert ref["series_tests"] == "1 passed"  # test_neg, new with the series
+        assert ref["series_tests"] == "1 passed"  # test_neg, new with the series (kept on main without its CHANGELOG)
     assert tag["changed"] == tag["regressions"]  # on the tag patch 3 also changes sub, which its test accepts
-    assert "1 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
+    assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
+    assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
     assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py" in proc.stdout
     # the checkout itself is untouched
     assert git(upstream, "rev-parse", "HEAD") == before
