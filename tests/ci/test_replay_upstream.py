@@ -76,7 +76,7 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert main["patches"][2]["detail"] == "merge conflict in src/lightning/fabric/calc.py"
     assert not main["patches"][2]["changelog_only"]
     for ref in (tag, main):
-        assert ref["test_paths"] == ["tests_fabric"]
+        assert ref["test_paths"] == ["tests_fabric/test_calc.py"]  # a suite root stands for its top-level files
         assert ref["before"] == "4 passed"
         assert ref["regressions"] == ["tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
         assert ref["series_tests"] == "1 passed"  # test_neg, new with the series (kept on main without its CHANGELOG)
