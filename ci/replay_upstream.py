@@ -78,6 +78,7 @@ class RefReport:
     after: str = ""
     changed: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)  # regressions that passed when run again alone
     series_tests: str = ""
     series_failures: list[str] = field(default_factory=list)
 
@@ -224,27 +225,50 @@ def _apply(tree: Path, patch: Patch, *options: str) -> PatchOutcome:
     return PatchOutcome(patch.name, "CONFLICT", detail)
 
 
-def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list[str], list[str], list[Case]]:
+def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list[str], list[Case], list[Case]]:
     """Changed outcomes of upstream's tests, the regressions among them, and the series' own test cases."""
     old = {c.id: c for c in before}
     new = {c.id: c for c in after}
     changed, regressions = [], []
     for test_id, case in old.items():
-        now = new.get(test_id)
-        outcome = now.outcome if now else "missing"
-        if outcome != case.outcome:
-            line = f"{test_id}: {case.outcome} -> {outcome}" + (f" ({now.message})" if now and now.message else "")
-            changed.append(line)
-            if (case.outcome, outcome) in REGRESSIONS:
-                regressions.append(line)
+        now = new.get(test_id, Case(test_id, "missing"))
+        if now.outcome != case.outcome:
+            changed.append(f"{test_id}: {case.outcome} -> {now.outcome}" + (f" ({now.message})" if now.message else ""))
+            if (case.outcome, now.outcome) in REGRESSIONS:
+                regressions.append(now)
     modules = tuple(f[len("tests/"):-len(".py")].replace("/", ".") for f in series.files
                     if f.startswith("tests/") and f.endswith(".py"))
-    added = [c for c in after if c.id not in old and _in_modules(c.id.split("::", 1)[0], modules)]
+    added = [c for c in after if c.id not in old and _in_modules(_module(c.id), modules)]
     return changed, regressions, added
+
+
+def _module(test_id: str) -> str:
+    """The dotted module (and class) of a JUnit id, relative to ``tests/`` like the series' file paths."""
+    return test_id.split("::", 1)[0].removeprefix("tests.")
 
 
 def _in_modules(classname: str, modules: tuple[str, ...]) -> bool:
     return any(classname == m or classname.startswith(m + ".") for m in modules)
+
+
+def node_id(tests_dir: Path, case: Case) -> str | None:
+    """``tests_fabric.x.test_y.TestZ::test_w[1]`` -> ``tests_fabric/x/test_y.py::TestZ::test_w[1]``."""
+    parts, name = _module(case.id).split("."), case.id.split("::", 1)[1]
+    for i in range(len(parts), 0, -1):
+        path = Path(*parts[:i]).with_suffix(".py")
+        if (tests_dir / path).is_file():
+            return "::".join([str(path), *parts[i:], name])
+    return None
+
+
+def reproduced(tree: Path, cases: list[Case], junit: Path, timeout: int) -> set[str]:
+    """Run the regressed tests again, alone and in one process: which fail again (the rest are flaky)."""
+    nodes = {node: case.id for case in cases if (node := node_id(tree / "tests", case))}
+    if not nodes:
+        return {c.id for c in cases}
+    rerun = {c.id: c for c in run_upstream_tests(tree, list(nodes), 0, junit, timeout)}
+    failing = {c.id for c in cases if c.id not in nodes.values()}  # no node id: keep it as a regression
+    return failing | {c.id for c in cases if c.id in rerun and rerun[c.id].outcome in ("failed", "error")}
 
 
 def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series, ns: argparse.Namespace,
@@ -269,7 +293,11 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
         paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
         report.after = summary(after)
-        report.changed, report.regressions, added = compare(before, after, series)
+        report.changed, regressed, added = compare(before, after, series)
+        confirmed = reproduced(clone, regressed, scratch / f"{safe}-rerun.xml", ns.timeout) if regressed else set()
+        report.regressions = [line for line in report.changed if line.split(": ", 1)[0] in confirmed]
+        report.flaky = [line for line in report.changed if line.split(": ", 1)[0] in {c.id for c in regressed}
+                        and line.split(": ", 1)[0] not in confirmed]
         report.series_tests = summary(added)
         report.series_failures = [f"{c.id}: {c.message}" for c in added if c.outcome in ("failed", "error")]
     return report
@@ -295,7 +323,8 @@ def print_report(report: RefReport) -> None:
     print(f"     after the series:  {report.after}" + ("  (conflicting patches skipped)" if report.conflicts else ""))
     print(f"     upstream tests whose outcome changed: {len(report.changed)}")
     for line in report.changed:
-        print(f"       {line}")
+        tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
+        print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
     for line in report.series_failures[:20]:
         print(f"       {line}")
