@@ -83,7 +83,12 @@ def apply_to_tree(series: Series, target: Path, *, check: bool = False) -> Apply
                 check=False,
             )
             if proc.returncode != 0:
-                raise PatchFailed(describe_failure(patch, proc.stderr + proc.stdout) + f"; {target} is unchanged")
+                message = describe_failure(patch, proc.stderr + proc.stdout)
+                reverse = run_git(["apply", "--reverse", "--check", str(patch.path)], work,
+                                  env={"GIT_CEILING_DIRECTORIES": str(Path(tmp))}, check=False)
+                if reverse.returncode == 0:
+                    message += " (its changes are already present: was the series applied before?)"
+                raise PatchFailed(f"{message}; {target} is unchanged")
         if not check:
             _move_results(work, target, touched)
     return ApplyResult(target, "tree", tuple(p.name for p in series.patches), check)

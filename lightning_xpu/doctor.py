@@ -155,7 +155,7 @@ def format_report(data: dict[str, Any]) -> str:
         else:
             state = "NOT patched"
         if row["series_version"] is not None and shim is not None and row["series_version"] != shim:
-            state += f" (this shim has series version {shim}: rebuild)"
+            state += f"; this shim's series is version {shim}"
         lines.append((row["root"], f"{row['version']} [{state}] {row['path']}"))
     lines.append(("series (this shim)", "unknown" if shim is None else f"version {shim}"))
     for name, value in data["env"].items():

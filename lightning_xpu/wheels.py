@@ -19,7 +19,9 @@ from lightning_xpu.mirror import mirror_into_standalone
 from lightning_xpu.series import Series
 
 # The wheel file name prefix of each distribution.
-WHEEL_PREFIX = {"lightning": "lightning", "pytorch-lightning": "pytorch_lightning", "lightning-fabric": "lightning_fabric"}
+WHEEL_PREFIX = {
+    "lightning": "lightning", "pytorch-lightning": "pytorch_lightning", "lightning-fabric": "lightning_fabric"
+}
 
 
 def patched_version(base: Base, series: Series) -> str:
@@ -86,7 +88,9 @@ def _check_build_requirements() -> None:
         try:
             importlib.metadata.version(module)
         except importlib.metadata.PackageNotFoundError:
-            raise ToolError(f"building needs {module} in this environment; run `pip install setuptools wheel packaging`") from None
+            raise ToolError(
+                f"building needs {module} in this environment; run `pip install setuptools wheel packaging`"
+            ) from None
 
 
 def build(series: Series, base: Base, dist: Path, cache: Path | None = None) -> list[Path]:

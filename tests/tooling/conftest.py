@@ -13,15 +13,19 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
-from lightning_xpu.base import Base, base_trees, cache_dir, load_base
-from lightning_xpu.series import Series, load_series
-from lightning_xpu.workspace import create_workspace, export_workspace
-
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # test this checkout's tooling, also under a bare `pytest`
+    sys.path.insert(0, str(REPO))
+
+from lightning_xpu.base import Base, base_trees, cache_dir, load_base  # noqa: E402
+from lightning_xpu.series import Series, load_series  # noqa: E402
+from lightning_xpu.workspace import create_workspace, export_workspace  # noqa: E402
+
 PATCHES = REPO / "patches"
 FAKE_AUTHOR = {"GIT_AUTHOR_NAME": "Fake Author", "GIT_AUTHOR_EMAIL": "fake@lightning-xpu.invalid",
                "GIT_AUTHOR_DATE": "2026-01-02T03:04:05+0000", "GIT_COMMITTER_NAME": "Fake Author",
@@ -132,3 +136,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run([sys.executable, "-m", "lightning_xpu", *args], capture_output=True, text=True,
                           env=full_env, cwd=cwd or REPO)
+
+
+def make_venv(path: Path) -> Path:
+    """A fresh venv that also sees this environment's packages (torch) through a .pth file, after its own."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    parent = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(purelib, "_lightning_xpu_parent_env.pth").write_text("".join(f"{p}\n" for p in sorted(parent)))
+    return python

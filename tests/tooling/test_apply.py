@@ -10,7 +10,8 @@ import pytest
 from lightning_xpu.apply import PatchFailed, apply, apply_to_tree
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, load_series
-from tests.tooling.conftest import MARKER_FILE, MARKER_SOURCE, git, run_cli, tree_digest
+
+from .conftest import MARKER_FILE, MARKER_SOURCE, git, run_cli, tree_digest
 
 CUDA = "src/lightning/fabric/accelerators/cuda.py"
 
@@ -87,7 +88,7 @@ def test_corrupt_patch_fails_cleanly(fake_series: Series, sdist_copy: Path) -> N
 def test_applying_twice_is_refused_without_change(fake_series: Series, sdist_copy: Path) -> None:
     apply(fake_series, sdist_copy)
     after_first = tree_digest(sdist_copy)
-    with pytest.raises(PatchFailed):
+    with pytest.raises(PatchFailed, match="already present: was the series applied before"):
         apply(fake_series, sdist_copy)
     assert tree_digest(sdist_copy) == after_first
 
@@ -169,5 +170,7 @@ def test_cli_without_git_is_a_clear_error(fake_series: Series, sdist_copy: Path,
     before = tree_digest(sdist_copy)
     proc = run_cli("apply", str(sdist_copy), "--series", str(fake_series.directory), env={"PATH": str(empty_bin)})
     assert proc.returncode == 1
-    assert proc.stderr == "lightning-xpu: error: git is required but was not found on PATH; install git (2.28 or newer) and retry\n"
+    assert proc.stderr == (
+        "lightning-xpu: error: git is required but was not found on PATH; install git (2.28 or newer) and retry\n"
+    )
     assert tree_digest(sdist_copy) == before

@@ -12,7 +12,8 @@ import pytest
 from lightning_xpu.base import LIGHTNING, Base, fetch_sdist, load_base, unpacked_sdist
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, find_series_dir, load_series, parse_patch, read_series_names
-from tests.tooling.conftest import PATCHES, run_cli
+
+from .conftest import PATCHES, run_cli
 
 OFFLINE = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
            "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INPUT": "1"}

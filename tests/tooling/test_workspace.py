@@ -12,7 +12,8 @@ from lightning_xpu.base import Base
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, load_series
 from lightning_xpu.workspace import BASE_TAG, create_workspace, export_workspace
-from tests.tooling.conftest import PATCHES, git, run_cli, tree_digest
+
+from .conftest import PATCHES, git, run_cli, tree_digest
 
 
 def _same_files(a: Path, b: Path) -> None:

@@ -1,0 +1,164 @@
+"""Switch a CPU-only torch into "N emulated XPU devices".
+
+The native part (``csrc/emulator.cpp``) registers the XPU device guard, hooks, allocator and kernels. This module
+fills the Python side the way an XPU build of torch has it: the ``torch._C._xpu_*`` functions and
+``torch._C._has_xpu``, so that the unmodified ``torch.xpu`` module (lazy init, queued seeds, fork poisoning,
+memory statistics, streams) runs on top of them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from types import ModuleType
+from typing import Any
+
+from lightning_xpu.emulator import _build
+from lightning_xpu.emulator._profiles import EmulatedDeviceProperties, Profile, get_profile
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def is_enabled() -> bool:
+    """Whether this process runs with emulated XPU devices."""
+    return "native" in _state
+
+
+def native() -> ModuleType:
+    """The loaded native module; raises if the emulator is not enabled in this process."""
+    if not is_enabled():
+        raise RuntimeError(
+            "The XPU emulator is not enabled in this process. Set LIGHTNING_XPU_EMULATOR=N before starting Python, "
+            "or call lightning_xpu.emulator.enable(N) right after `import torch`."
+        )
+    return _state["native"]
+
+
+def profile() -> Profile:
+    native()
+    return _state["profile"]
+
+
+def enable(num_devices: int, profile_key: str) -> None:
+    """Load the native part and install the Python surface (idempotent for the same arguments)."""
+    prof = get_profile(profile_key)
+    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
+        raise ValueError(f"The XPU emulator needs a device count >= 1, got {num_devices!r}.")
+    with _lock:
+        if is_enabled():
+            if (_state["num_devices"], _state["profile"].key) != (num_devices, prof.key):
+                raise RuntimeError(
+                    f"The XPU emulator is already enabled with {_state['num_devices']} x {_state['profile'].key}; "
+                    f"it cannot switch to {num_devices} x {prof.key} in the same process."
+                )
+            return
+        import torch
+
+        if getattr(torch._C, "_has_xpu", False):
+            raise RuntimeError(
+                f"torch {torch.__version__} is a real XPU build; the XPU emulator only runs on CPU builds of torch. "
+                "Unset LIGHTNING_XPU_EMULATOR to use the real devices."
+            )
+        ext = _build.load()
+        if torch._C._get_accelerator().type not in ("xpu", "cpu"):
+            raise RuntimeError(
+                f"torch already uses the accelerator {torch._C._get_accelerator().type!r}; "
+                "the XPU emulator only runs on CPU builds of torch."
+            )
+        ext.configure(num_devices, prof.total_memory, prof.has_fp64, prof.name)
+        if torch._C._get_accelerator().type != "xpu":
+            raise RuntimeError(
+                "torch looked up its XPU hooks before the emulator was loaded, so it cannot take effect in this "
+                "process. Set LIGHTNING_XPU_EMULATOR=N in the environment before starting Python (the startup hook "
+                "enables it right after `import torch`)."
+            )
+        _install_torch_c(torch, ext, num_devices, prof)
+        _install_torch_xpu(torch, num_devices)
+        atexit.register(ext.stop_autograd_device_threads)
+        _state.update(native=ext, num_devices=num_devices, profile=prof)
+        from lightning_xpu.emulator import _distributed
+
+        _distributed.install()
+
+
+def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None:
+    """The ``torch._C`` functions of an XPU build (torch/csrc/xpu/Module.cpp), backed by the native module."""
+    props = [EmulatedDeviceProperties(prof, i) for i in range(n)]
+
+    def index(device: int) -> int:
+        return ext.get_device() if device < 0 else device
+
+    def xpu_init() -> None:
+        ext.init()
+        xpu = torch.xpu
+        xpu.default_generators = ext.default_generators()
+
+        def _get_device_properties(device: int) -> EmulatedDeviceProperties:
+            device = index(device)
+            if not 0 <= device < n:
+                raise RuntimeError(f"device is out of range, device is {device}, total number of device is {n}.")
+            return props[device]
+
+        xpu._get_device_properties = _get_device_properties
+
+    def set_stream(stream_id: int = 0, device_index: int = 0, device_type: int = 0) -> None:
+        ext.set_stream(stream_id, device_index, device_type)
+
+    def memory_snapshot(mempool_id: Any = None) -> dict[str, Any]:
+        raise NotImplementedError("memory snapshots are not emulated (the emulator has no caching allocator)")
+
+    def stream_from_external(data_ptr: int, device: int) -> Any:
+        raise NotImplementedError("external SYCL queues do not exist on the emulated XPU")
+
+    c = torch._C
+    c._has_xpu = True
+    c._XpuDeviceProperties = EmulatedDeviceProperties
+    functions = {
+        "_xpu_init": xpu_init,
+        "_xpu_isInBadFork": ext.is_in_bad_fork,
+        "_xpu_getDeviceCount": ext.device_count,
+        "_xpu_setDevice": ext.set_device,
+        "_xpu_getDevice": ext.get_device,
+        "_xpu_exchangeDevice": ext.exchange_device,
+        "_xpu_maybeExchangeDevice": ext.exchange_device,
+        "_xpu_getCurrentStream": lambda device: ext.current_stream(device),
+        "_xpu_getCurrentRawStream": lambda device: ext.current_stream(device)[0],
+        "_xpu_setStream": set_stream,
+        "_xpu_synchronize": lambda device: ext.synchronize(device),
+        "_xpu_getArchFlags": lambda: None,
+        "_xpu_emptyCache": lambda: None,
+        "_xpu_memoryStats": lambda device: ext.memory_stats(index(device)),
+        "_xpu_resetPeakMemoryStats": lambda device: ext.reset_peak_memory_stats(device),
+        "_xpu_resetAccumulatedMemoryStats": lambda device: ext.reset_accumulated_memory_stats(device),
+        "_xpu_getMemoryInfo": lambda device: ext.mem_get_info(device),
+        "_xpu_getMemoryFraction": lambda device: ext.get_memory_fraction(device),
+        "_xpu_setMemoryFraction": lambda fraction, device: ext.set_memory_fraction(fraction, device),
+        "_xpu_canDeviceAccessPeer": lambda device, peer: 0 <= index(device) < n and 0 <= index(peer) < n,
+        "_xpu_getStreamFromExternal": stream_from_external,
+        "_xpu_memorySnapshot": memory_snapshot,
+    }
+    for name, fn in functions.items():
+        setattr(c, name, fn)
+
+
+def _install_torch_xpu(torch: Any, n: int) -> None:
+    """Rebind what ``torch.xpu`` captured at import time from the CPU build."""
+    import torch.xpu.random
+    import torch.xpu.streams
+    from torch import xpu
+
+    from lightning_xpu.emulator._streams import make_stream_classes
+
+    c = torch._C
+    xpu._XpuDeviceProperties = c._XpuDeviceProperties
+    xpu._exchange_device = c._xpu_exchangeDevice
+    xpu._maybe_exchange_device = c._xpu_maybeExchangeDevice
+    xpu._is_in_bad_fork = c._xpu_isInBadFork
+    # Emulate the torch 2.13 Level Zero Sysman count (pyzes): counting devices does not initialise them, so
+    # is_available() and device_count() stay fork-safe; initialisation (set_device, tensors) poisons fork.
+    xpu._device_count_zes = lambda: n
+    Stream, Event = make_stream_classes(torch)
+    for module in (xpu, torch.xpu.streams):
+        module.Stream = Stream
+        module.Event = Event

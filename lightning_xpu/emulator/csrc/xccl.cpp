@@ -1,0 +1,478 @@
+// The emulated "xccl" collective backend: gloo on host views of the xpu tensors.
+//
+// A c10d::Backend registered for the xpu device type (what ProcessGroupXCCL is on a real XPU build), so
+// ProcessGroup routing, object collectives, device_id binding, DeviceMesh and functional collectives see an
+// xpu backend. Each collective runs gloo on CPU tensors that alias the device memory (no copies) and waits
+// for it; the returned Work is complete and its future holds the xpu tensors (DDP's reducer reads it).
+// ReduceOp.AVG, which gloo lacks, is SUM followed by a division; reduce-scatter is an all-reduce of the
+// input followed by taking this rank's chunk (gloo's support for it varies across torch versions).
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/library.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace xpu_emu {
+
+at::Tensor host_view(const at::Tensor& t);  // emulator.cpp
+
+namespace {
+
+using c10d::OpType;
+using c10d::Work;
+
+class DoneWork final : public Work {
+ public:
+  DoneWork(std::vector<at::Tensor> result, OpType type) : Work(-1, type), result_(std::move(result)) {
+    std::vector<c10::Device> devices;
+    for (const auto& t : result_)
+      if (t.defined() && t.device().type() == c10::DeviceType::XPU &&
+          std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+        devices.push_back(t.device());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+    future_->markCompleted(c10::IValue(result_));
+  }
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override { return true; }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return result_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> result_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+std::vector<at::Tensor> views(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(host_view(t));
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>> views(const std::vector<std::vector<at::Tensor>>& ts) {
+  std::vector<std::vector<at::Tensor>> out;
+  for (const auto& l : ts) out.push_back(views(l));
+  return out;
+}
+
+std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& l : ts) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+void finish(const c10::intrusive_ptr<Work>& w) { w->wait(); }
+
+// Reductions gloo cannot do itself become SUM (+ division for AVG).
+bool is_avg(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
+void check_op(const c10d::ReduceOp& op) {
+  TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "Cannot use ReduceOp.PREMUL_SUM with XCCL (emulated)");
+}
+
+class EmuXccl final : public c10d::Backend {
+ public:
+  EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size) : Backend(rank, size), gloo_(std::move(gloo)) {}
+
+  const std::string getBackendName() const override { return "xccl"; }
+
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& opts) override {
+    auto v = views(ts);
+    finish(gloo_->broadcast(v, opts));
+    return c10::make_intrusive<DoneWork>(ts, OpType::BROADCAST);
+  }
+
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) override {
+    check_op(opts.reduceOp);
+    auto v = views(ts);
+    auto o = opts;
+    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+    finish(gloo_->allreduce(v, o));
+    if (is_avg(opts.reduceOp))
+      for (auto& t : v) t.div_(getSize());
+    return c10::make_intrusive<DoneWork>(ts, OpType::ALLREDUCE);
+  }
+
+  c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
+                                               const c10d::AllreduceCoalescedOptions& opts) override {
+    for (auto& t : ts) {
+      std::vector<at::Tensor> one{t};
+      c10d::AllreduceOptions o;
+      o.reduceOp = opts.reduceOp;
+      o.timeout = opts.timeout;
+      allreduce(one, o);
+    }
+    return c10::make_intrusive<DoneWork>(ts, OpType::ALLREDUCE_COALESCED);
+  }
+
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& opts) override {
+    check_op(opts.reduceOp);
+    auto v = views(ts);
+    auto o = opts;
+    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+    finish(gloo_->reduce(v, o));
+    if (is_avg(opts.reduceOp) && getRank() == opts.rootRank)
+      for (auto& t : v) t.div_(getSize());
+    return c10::make_intrusive<DoneWork>(ts, OpType::REDUCE);
+  }
+
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                     const c10d::AllgatherOptions& opts) override {
+    auto vo = views(outs);
+    auto vi = views(ins);
+    finish(gloo_->allgather(vo, vi, opts));
+    return c10::make_intrusive<DoneWork>(flat(outs), OpType::ALLGATHER);
+  }
+
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(out.numel() == in.numel() * getSize(), "output tensor size must be equal to world_size times input size");
+    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "allgather_into_tensor needs contiguous tensors");
+    auto chunks = host_view(out).view({-1}).chunk(getSize());
+    std::vector<std::vector<at::Tensor>> vo{std::vector<at::Tensor>(chunks.begin(), chunks.end())};
+    std::vector<at::Tensor> vi{host_view(in).view({-1})};
+    finish(gloo_->allgather(vo, vi, opts));
+    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::_ALLGATHER_BASE);
+  }
+
+  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                               const c10d::AllgatherOptions& opts) override {
+    for (size_t i = 0; i < ins.size(); ++i) {
+      std::vector<std::vector<at::Tensor>> o{outs[i]};
+      std::vector<at::Tensor> in{ins[i]};
+      allgather(o, in, opts);
+    }
+    return c10::make_intrusive<DoneWork>(flat(outs), OpType::ALLGATHER_COALESCED);
+  }
+
+  c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                                           const c10d::AllgatherOptions& opts) override {
+    for (size_t i = 0; i < ins.size(); ++i) _allgather_base(outs[i], ins[i], opts);
+    return c10::make_intrusive<DoneWork>(outs, OpType::COALESCED);
+  }
+
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                  const c10d::GatherOptions& opts) override {
+    auto vo = views(outs);
+    auto vi = views(ins);
+    finish(gloo_->gather(vo, vi, opts));
+    return c10::make_intrusive<DoneWork>(flat(outs), OpType::GATHER);
+  }
+
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                   const c10d::ScatterOptions& opts) override {
+    auto vo = views(outs);
+    auto vi = views(ins);
+    finish(gloo_->scatter(vo, vi, opts));
+    return c10::make_intrusive<DoneWork>(outs, OpType::SCATTER);
+  }
+
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(in.numel() == out.numel() * getSize(), "input tensor must be the same size as output size times world size");
+    check_op(opts.reduceOp);
+    std::vector<at::Tensor> sum{host_view(in).reshape({-1}).clone()};
+    c10d::AllreduceOptions o;
+    o.reduceOp = is_avg(opts.reduceOp) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
+    o.timeout = opts.timeout;
+    finish(gloo_->allreduce(sum, o));
+    auto mine = sum[0].narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes());
+    if (is_avg(opts.reduceOp)) mine = mine.div(getSize());
+    host_view(out).copy_(mine);
+    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::_REDUCE_SCATTER_BASE);
+  }
+
+  c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::vector<at::Tensor> parts;
+      for (const auto& t : ins[i]) parts.push_back(host_view(t).reshape({-1}));
+      auto stacked = at::cat(parts);
+      at::Tensor out_flat = at::empty({outs[i].numel()}, stacked.options());
+      // reuse the flat path on host tensors, then copy into the (possibly strided) output
+      at::Tensor out_host = host_view(outs[i]);
+      _reduce_scatter_host(out_flat, stacked, opts);
+      out_host.copy_(out_flat.view(out_host.sizes()));
+    }
+    return c10::make_intrusive<DoneWork>(outs, OpType::REDUCE_SCATTER);
+  }
+
+  c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                                           const c10d::ReduceScatterOptions& opts) override {
+    for (size_t i = 0; i < outs.size(); ++i) _reduce_scatter_base(outs[i], ins[i], opts);
+    return c10::make_intrusive<DoneWork>(outs, OpType::COALESCED);
+  }
+
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                         std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    auto vo = host_view(out);
+    auto vi = host_view(in);
+    finish(gloo_->alltoall_base(vo, vi, out_splits, in_splits, opts));
+    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::ALLTOALL_BASE);
+  }
+
+  c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                    const c10d::AllToAllOptions& opts) override {
+    auto vo = views(outs);
+    auto vi = views(ins);
+    finish(gloo_->alltoall(vo, vi, opts));
+    return c10::make_intrusive<DoneWork>(outs, OpType::ALLTOALL);
+  }
+
+  c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    auto v = views(ts);
+    finish(gloo_->send(v, dst, tag));
+    return c10::make_intrusive<DoneWork>(ts, OpType::SEND);
+  }
+
+  c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    auto v = views(ts);
+    finish(gloo_->recv(v, src, tag));
+    return c10::make_intrusive<DoneWork>(ts, OpType::RECV);
+  }
+
+  c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
+    c10d::BarrierOptions o;  // gloo synchronises host threads; device ids mean nothing to it
+    o.timeout = opts.timeout;
+    finish(gloo_->barrier(o));
+    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{}, OpType::BARRIER);
+  }
+
+  void setTimeout(std::chrono::milliseconds timeout) override { gloo_->setTimeout(timeout); }
+
+ private:
+  void _reduce_scatter_host(at::Tensor& out_flat, const at::Tensor& in_flat, const c10d::ReduceScatterOptions& opts) {
+    check_op(opts.reduceOp);
+    std::vector<at::Tensor> sum{in_flat.clone()};
+    c10d::AllreduceOptions o;
+    o.reduceOp = is_avg(opts.reduceOp) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
+    o.timeout = opts.timeout;
+    finish(gloo_->allreduce(sum, o));
+    auto mine = sum[0].narrow(0, getRank() * out_flat.numel(), out_flat.numel());
+    if (is_avg(opts.reduceOp)) mine = mine.div(getSize());
+    out_flat.copy_(mine);
+  }
+
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+};
+
+// ---- c10d operators for the XPU dispatch key --------------------------------------------------------
+// torch::distributed routes every collective through c10d::* operators with one kernel per device type
+// (torch/csrc/distributed/c10d/Ops.cpp); a CPU build has none for XPU. These mirror that file for XPU:
+// look up the group's xpu backend and call it.
+
+using PG = c10::intrusive_ptr<c10d::ProcessGroup>;
+using RedOp = c10::intrusive_ptr<c10d::ReduceOp>;
+using WorkPtr = c10::intrusive_ptr<Work>;
+using Tensors = std::vector<at::Tensor>;
+using TensorLists = std::vector<std::vector<at::Tensor>>;
+
+c10::intrusive_ptr<c10d::Backend> xpu_backend(const PG& pg) { return pg->getBackend(c10::DeviceType::XPU); }
+std::chrono::milliseconds ms(int64_t t) { return std::chrono::milliseconds(t); }
+
+std::tuple<Tensors, WorkPtr> allreduce_(at::TensorList ts, const PG& pg, const RedOp& op,
+                                        const std::optional<at::Tensor>& sparse, bool async_op, int64_t timeout) {
+  auto v = ts.vec();
+  c10d::AllreduceOptions o;
+  o.reduceOp = *op;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  o.sparseIndices = sparse;
+  auto w = xpu_backend(pg)->allreduce(v, o);
+  return {v, w};
+}
+
+WorkPtr allreduce_coalesced_(at::TensorList ts, const PG& pg, const RedOp& op, bool async_op, int64_t timeout) {
+  auto v = ts.vec();
+  c10d::AllreduceCoalescedOptions o;
+  o.reduceOp = *op;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->allreduce_coalesced(v, o);
+}
+
+WorkPtr reduce_(at::TensorList ts, const PG& pg, const RedOp& op, int64_t root, int64_t root_tensor, bool async_op,
+                int64_t timeout) {
+  auto v = ts.vec();
+  c10d::ReduceOptions o;
+  o.reduceOp = *op;
+  o.rootRank = root;
+  o.rootTensor = root_tensor;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->reduce(v, o);
+}
+
+std::tuple<Tensors, WorkPtr> broadcast_(at::TensorList ts, const PG& pg, int64_t root, int64_t root_tensor,
+                                        bool async_op, int64_t timeout) {
+  auto v = ts.vec();
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  o.rootTensor = root_tensor;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->broadcast(v, o);
+  return {v, w};
+}
+
+std::tuple<TensorLists, WorkPtr> allgather_(const TensorLists& outs, at::TensorList ins, const PG& pg, bool async_op,
+                                            int64_t timeout) {
+  auto o_ = outs;
+  auto i_ = ins.vec();
+  c10d::AllgatherOptions o;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->allgather(o_, i_, o);
+  return {o_, w};
+}
+
+std::tuple<at::Tensor, WorkPtr> allgather_base_(at::Tensor& out, at::Tensor& in, const PG& pg, bool async_op,
+                                                int64_t timeout) {
+  c10d::AllgatherOptions o;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->_allgather_base(out, in, o);
+  return {out, w};
+}
+
+WorkPtr allgather_coalesced_(const TensorLists& outs, const at::TensorList& ins, const PG& pg, bool async_op) {
+  auto o_ = outs;
+  auto i_ = ins.vec();
+  c10d::AllgatherOptions o;
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->allgather_coalesced(o_, i_, o);
+}
+
+WorkPtr allgather_into_tensor_coalesced_(at::TensorList outs, at::TensorList ins, const PG& pg, bool async_op) {
+  auto o_ = outs.vec();
+  auto i_ = ins.vec();
+  c10d::AllgatherOptions o;
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->allgather_into_tensor_coalesced(o_, i_, o);
+}
+
+std::tuple<Tensors, WorkPtr> reduce_scatter_(const at::TensorList& outs, const TensorLists& ins, const PG& pg,
+                                             const RedOp& op, bool async_op, int64_t timeout) {
+  auto o_ = outs.vec();
+  auto i_ = ins;
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = *op;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->reduce_scatter(o_, i_, o);
+  return {o_, w};
+}
+
+std::tuple<at::Tensor, WorkPtr> reduce_scatter_base_(at::Tensor& out, at::Tensor& in, const PG& pg, const RedOp& op,
+                                                     bool async_op, int64_t timeout) {
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = *op;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->_reduce_scatter_base(out, in, o);
+  return {out, w};
+}
+
+WorkPtr reduce_scatter_tensor_coalesced_(at::TensorList outs, at::TensorList ins, const PG& pg, const RedOp& op,
+                                         bool async_op, int64_t timeout) {
+  auto o_ = outs.vec();
+  auto i_ = ins.vec();
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = *op;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->reduce_scatter_tensor_coalesced(o_, i_, o);
+}
+
+WorkPtr gather_(const TensorLists& outs, const at::TensorList& ins, const PG& pg, int64_t root, bool async_op,
+                int64_t timeout) {
+  auto o_ = outs;
+  auto i_ = ins.vec();
+  c10d::GatherOptions o;
+  o.rootRank = root;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->gather(o_, i_, o);
+}
+
+std::tuple<Tensors, WorkPtr> scatter_(const at::TensorList& outs, const TensorLists& ins, const PG& pg, int64_t root,
+                                      bool async_op, int64_t timeout) {
+  auto o_ = outs.vec();
+  auto i_ = ins;
+  c10d::ScatterOptions o;
+  o.rootRank = root;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->scatter(o_, i_, o);
+  return {o_, w};
+}
+
+std::tuple<Tensors, WorkPtr> alltoall_(const at::TensorList& outs, const at::TensorList& ins, const PG& pg,
+                                       bool async_op, int64_t timeout) {
+  auto o_ = outs.vec();
+  auto i_ = ins.vec();
+  c10d::AllToAllOptions o;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  auto w = xpu_backend(pg)->alltoall(o_, i_, o);
+  return {o_, w};
+}
+
+WorkPtr alltoall_base_(at::Tensor& out, at::Tensor& in, const PG& pg, std::vector<int64_t> out_splits,
+                       std::vector<int64_t> in_splits, bool async_op, int64_t timeout) {
+  c10d::AllToAllOptions o;
+  o.timeout = ms(timeout);
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->alltoall_base(out, in, out_splits, in_splits, o);
+}
+
+WorkPtr barrier(at::Tensor t, const PG& pg, const std::vector<int64_t>& device_ids, bool async_op, int64_t timeout) {
+  c10d::BarrierOptions o;
+  o.device_ids = device_ids;
+  o.timeout = ms(timeout);
+  o.device = t.device();
+  o.asyncOp = async_op;
+  return xpu_backend(pg)->barrier(o);
+}
+
+WorkPtr send(at::TensorList ts, const PG& pg, int64_t dst, int64_t tag) {
+  auto v = ts.vec();
+  return xpu_backend(pg)->send(v, static_cast<int>(dst), static_cast<int>(tag));
+}
+
+WorkPtr recv_(at::TensorList ts, const PG& pg, int64_t src, int64_t tag) {
+  auto v = ts.vec();
+  return xpu_backend(pg)->recv(v, static_cast<int>(src), static_cast<int>(tag));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(c10d, XPU, m) {
+  m.impl("allreduce_", allreduce_);
+  m.impl("allreduce_coalesced_", allreduce_coalesced_);
+  m.impl("reduce_", reduce_);
+  m.impl("broadcast_", broadcast_);
+  m.impl("allgather_", allgather_);
+  m.impl("_allgather_base_", allgather_base_);
+  m.impl("allgather_coalesced_", allgather_coalesced_);
+  m.impl("allgather_into_tensor_coalesced_", allgather_into_tensor_coalesced_);
+  m.impl("reduce_scatter_", reduce_scatter_);
+  m.impl("_reduce_scatter_base_", reduce_scatter_base_);
+  m.impl("reduce_scatter_tensor_coalesced_", reduce_scatter_tensor_coalesced_);
+  m.impl("gather_", gather_);
+  m.impl("scatter_", scatter_);
+  m.impl("alltoall_", alltoall_);
+  m.impl("alltoall_base_", alltoall_base_);
+  m.impl("barrier", barrier);
+  m.impl("send", send);
+  m.impl("recv_", recv_);
+}
+
+void register_xccl(py::module& m) {
+  py::class_<EmuXccl, c10d::Backend, c10::intrusive_ptr<EmuXccl>>(m, "XcclBackend")
+      .def(py::init<c10::intrusive_ptr<c10d::Backend>, int, int>(), py::arg("gloo"), py::arg("rank"), py::arg("size"));
+}
+
+}  // namespace xpu_emu

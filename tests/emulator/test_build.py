@@ -1,0 +1,100 @@
+"""Building the native part: one compile per cache key even when processes race, clear errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Stands in for the C++ compiler: logs each call, takes a moment, and writes the requested output file.
+_FAKE_CXX = """#!{python}
+import sys, time
+with open({log!r}, "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+time.sleep(1.0)
+out = sys.argv[sys.argv.index("-o") + 1]
+open(out, "w").write("fake")
+"""
+
+
+def _env(tmp_path: Path, cxx: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_XPU_EMULATOR")}
+    env.update(
+        CXX=cxx,
+        LIGHTNING_XPU_EMULATOR_CACHE=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]),
+        PYTHONWARNINGS="ignore",
+    )
+    return env
+
+
+def test_concurrent_builds_compile_once(tmp_path):
+    log = tmp_path / "cxx.log"
+    cxx = tmp_path / "fake-cxx"
+    cxx.write_text(_FAKE_CXX.format(python=sys.executable, log=str(log)))
+    cxx.chmod(0o755)
+    code = "from lightning_xpu import emulator; print(emulator.build())"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path, str(cxx)), stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    paths = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(paths) == 1
+    built = Path(paths.pop())
+    assert built.read_text() == "fake" and built.parent.parent == tmp_path / "cache"
+    calls = log.read_text().splitlines()
+    assert len(calls) == 3  # two sources and one link, by one process only
+    assert sum(" -c " in f" {c} " for c in calls) == 2
+    assert not [p for p in built.parent.iterdir() if p.name.startswith("tmp")]  # no half-built leftovers
+
+
+def test_missing_compiler_is_a_clear_error(tmp_path):
+    code = textwrap.dedent(
+        """
+        from lightning_xpu import emulator
+        try:
+            emulator.build()
+        except emulator.EmulatorBuildError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(tmp_path, "no-such-compiler"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "needs a C++ compiler" in out and "'no-such-compiler' was not found" in out
+
+
+def test_status_report_says_emulated(run_emulated):
+    out = run_emulated(
+        """
+        import runpy, sys
+        sys.argv = ["lightning_xpu.emulator"]
+        try:
+            runpy.run_module("lightning_xpu.emulator", run_name="__main__")
+        except SystemExit as e:
+            assert e.code == 0
+        """,
+        profile="b580",
+    )
+    lines = out.splitlines()
+    assert lines[0].startswith("XPU emulator: on, 2 emulated device(s)")
+    assert lines[1].split() == [
+        "xpu:0",
+        "Intel(R)",
+        "Arc(TM)",
+        "B580",
+        "Graphics",
+        "(emulated)",
+        "12",
+        "GiB",
+        "fp64=yes",
+    ]

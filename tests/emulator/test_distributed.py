@@ -1,0 +1,225 @@
+"""Collectives and DDP across emulated devices, one process per device (spawned, as Lightning does)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+_COLLECTIVES = """
+import json, os, socket, sys, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, backend, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(backend, rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    r = {"backend": dist.get_backend()}
+    t = torch.full((4,), float(rank + 1), device="xpu")
+    dist.all_reduce(t)
+    r["all_reduce"] = [t.device.index, t.tolist()]
+    a = torch.full((2,), float(rank + 1), device="xpu")
+    dist.all_reduce(a, op=dist.ReduceOp.AVG)
+    r["avg"] = a.tolist()
+    b = torch.full((3,), float(rank), device="xpu")
+    dist.broadcast(b, src=1)
+    r["broadcast"] = b.tolist()
+    parts = [torch.empty(2, device="xpu") for _ in range(2)]
+    dist.all_gather(parts, torch.full((2,), float(rank), device="xpu"))
+    r["all_gather"] = [p.tolist() for p in parts]
+    flat = torch.empty(4, device="xpu")
+    dist.all_gather_into_tensor(flat, torch.full((2,), float(rank), device="xpu"))
+    r["all_gather_into_tensor"] = flat.tolist()
+    rs = torch.empty(2, device="xpu")
+    dist.reduce_scatter_tensor(rs, torch.arange(4.0, device="xpu"))
+    r["reduce_scatter_tensor"] = rs.tolist()
+    objs = [{"k": [1, 2]}, "x"] if rank == 0 else [None, None]
+    dist.broadcast_object_list(objs, src=0)
+    r["broadcast_object_list"] = objs
+    gathered = [None, None]
+    dist.all_gather_object(gathered, rank * 10)
+    r["all_gather_object"] = gathered
+    dist.barrier()
+    try:
+        dist.all_reduce(torch.ones(1))
+        r["cpu_tensor"] = "accepted"
+    except RuntimeError as e:
+        r["cpu_tensor"] = str(e)
+    dist.destroy_process_group()
+    queue.put((rank, r))
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(sys.argv[1], port, queue), nprocs=2)
+    print(json.dumps([torch.distributed.is_xccl_available()] + [r for _, r in sorted([queue.get(), queue.get()])]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["xccl", "ccl"])
+def test_collectives_across_two_processes(run_emulated, backend, tmp_path):
+    script = tmp_path / "collectives.py"
+    script.write_text(_COLLECTIVES)
+    out = run_emulated(
+        f"import runpy, sys; sys.argv = ['x', {backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"
+    )
+    available, r0, r1 = json.loads(out.strip().splitlines()[-1])
+    assert available is True
+    for rank, r in enumerate((r0, r1)):
+        assert r["backend"] == backend
+        assert r["all_reduce"] == [rank, [3.0] * 4]
+        assert r["avg"] == [1.5, 1.5]
+        assert r["broadcast"] == [1.0, 1.0, 1.0]
+        assert r["all_gather"] == [[0.0, 0.0], [1.0, 1.0]]
+        assert r["all_gather_into_tensor"] == [0.0, 0.0, 1.0, 1.0]
+        assert r["broadcast_object_list"] == [{"k": [1, 2]}, "x"]
+        assert r["all_gather_object"] == [0, 10]
+        assert "No backend type associated with device type cpu" in r["cpu_tensor"]
+    assert r0["reduce_scatter_tensor"] == [0.0, 2.0]
+    assert r1["reduce_scatter_tensor"] == [4.0, 6.0]
+
+
+_DDP = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+def data():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(10, 16, 6, generator=g), torch.randn(10, 16, 1, generator=g)
+
+def worker(rank, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    model = torch.nn.parallel.DistributedDataParallel(make_model().to("xpu"), device_ids=[rank])
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    xs, ys = data()
+    for x, y in zip(xs, ys):
+        x, y = x[rank * 8:(rank + 1) * 8], y[rank * 8:(rank + 1) * 8]   # each rank: half of the batch
+        loss = torch.nn.functional.mse_loss(model(x.to("xpu")), y.to("xpu"))
+        opt.zero_grad(); loss.backward(); opt.step()
+    params = [p.detach().cpu().tolist() for p in model.module.parameters()]  # plain data: workers exit first
+    queue.put((rank, params, str(model.module[0].weight.device)))
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue), nprocs=2)
+    results = sorted([queue.get(), queue.get()], key=lambda r: r[0])
+    results = [(r, [torch.tensor(p) for p in ps], d) for r, ps, d in results]
+    single = make_model().to("xpu:0")                  # one device, the whole (doubled) batch
+    opt = torch.optim.SGD(single.parameters(), lr=0.05)
+    xs, ys = data()
+    for x, y in zip(xs, ys):
+        loss = torch.nn.functional.mse_loss(single(x.to("xpu:0")), y.to("xpu:0"))
+        opt.zero_grad(); loss.backward(); opt.step()
+    ref = [torch.tensor(p.detach().cpu().tolist()) for p in single.parameters()]
+    start = [p.detach() for p in make_model().parameters()]
+    print(json.dumps({
+        "ranks_equal": all(torch.equal(a, b) for a, b in zip(results[0][1], results[1][1])),
+        "matches_single": all(torch.allclose(a, b, atol=1e-5) for a, b in zip(results[0][1], ref)),
+        "trained": not all(torch.equal(a, b) for a, b in zip(ref, start)),
+        "devices": [results[0][2], results[1][2]],
+    }))
+"""
+
+
+def test_ddp_two_devices_matches_one_device_with_doubled_batch(run_emulated, tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(_DDP)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "ranks_equal": True,
+        "matches_single": True,
+        "trained": True,
+        "devices": ["xpu:0", "xpu:1"],
+    }
+
+
+_FSDP = """
+import json, os, socket, tempfile, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+def batches():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(8, 6, generator=g) for _ in range(4)]
+
+def worker(rank, port, queue, ckpt_dir):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, fully_shard
+    mesh = init_device_mesh("xpu", (2,))
+    out = {"mesh": mesh.device_type}
+    for kind in ("fsdp2", "fsdp1"):
+        model = make_model().to("xpu") if kind == "fsdp2" else make_model()
+        if kind == "fsdp2":
+            for layer in (model[0], model[2]):
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        else:
+            model = FSDP(model, device_id=torch.device("xpu", rank))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in batches():
+            x = x[rank * 4:(rank + 1) * 4].to("xpu")
+            opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
+        if kind == "fsdp2":
+            weights = [model[0].weight.full_tensor().cpu().tolist(), model[2].bias.full_tensor().cpu().tolist()]
+            dcp.save({"model": model.state_dict()}, checkpoint_id=ckpt_dir)     # sharded checkpoint round trip
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.zero_()
+            state = {"model": model.state_dict()}
+            dcp.load(state, checkpoint_id=ckpt_dir)
+            model.load_state_dict(state["model"])
+            out["dcp"] = model[0].weight.full_tensor().cpu().tolist() == weights[0]
+        else:
+            with FSDP.summon_full_params(model):
+                weights = [model.module[0].weight.cpu().tolist(), model.module[2].bias.cpu().tolist()]
+        out[kind] = weights
+    dist.destroy_process_group()
+    queue.put((rank, out))
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue, tempfile.mkdtemp()), nprocs=2)
+    results = [r for _, r in sorted([queue.get(), queue.get()], key=lambda r: r[0])]
+    single = make_model().to("xpu:0")
+    opt = torch.optim.SGD(single.parameters(), lr=0.1)
+    for x in batches():
+        opt.zero_grad(); single(x.to("xpu:0")).pow(2).mean().backward(); opt.step()
+    ref = [single[0].weight.detach().cpu(), single[2].bias.detach().cpu()]
+    close = lambda ws: all(torch.allclose(torch.tensor(w), r, atol=1e-5) for w, r in zip(ws, ref))
+    print(json.dumps({"mesh": results[0]["mesh"], "fsdp2": [close(r["fsdp2"]) for r in results],
+                      "fsdp1": [close(r["fsdp1"]) for r in results], "dcp": [r["dcp"] for r in results]}))
+"""
+
+
+def test_fsdp1_fsdp2_device_mesh_and_sharded_checkpoints(run_emulated, tmp_path):
+    script = tmp_path / "fsdp.py"
+    script.write_text(_FSDP)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert json.loads(out.strip().splitlines()[-1]) == {
+        "mesh": "xpu",
+        "fsdp2": [True, True],
+        "fsdp1": [True, True],
+        "dcp": [True, True],
+    }
