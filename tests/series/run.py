@@ -40,6 +40,11 @@ def materialize(tree: Path, dest: Path, standalone_roots: bool = False) -> list[
     shutil.copy2(SUPPORT / "conftest.py", dest / "conftest.py")
     for suite in suites:
         shutil.copytree(tree / "tests" / suite, dest / suite)
+        # upstream's test directories are packages; the series cannot add their (existing) __init__.py files, and
+        # without them two test modules with one basename (tests_{fabric,pytorch}/accelerators/test_xpu.py) collide
+        for directory in [dest / suite, *(p for p in (dest / suite).rglob("*") if p.is_dir())]:
+            if directory.name != "__pycache__" and not (directory / "__init__.py").exists():
+                (directory / "__init__.py").touch()
         for support_file in (SUPPORT / suite).rglob("*.py"):
             target = dest / suite / support_file.relative_to(SUPPORT / suite)
             if not target.exists():  # upstream's own file wins where the tree has one
@@ -56,6 +61,13 @@ def _pytest(dest: Path, args: list[str], env: dict[str, str]) -> int:
     return subprocess.call(cmd, cwd=dest, env=env)
 
 
+def _per_node(args: list[str], index: int) -> list[str]:
+    """Give each standalone process its own JUnit file: ``--junitxml=out.xml`` -> ``out.standalone-3.xml``."""
+    return [
+        f"{a.removesuffix('.xml')}.standalone-{index}.xml" if a.startswith("--junitxml=") else a for a in args
+    ]
+
+
 def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str, str]) -> int:
     """Run each standalone test in its own process; fail if any fails or none was found."""
     env = {**env, "PL_RUN_STANDALONE_TESTS": "1"}
@@ -68,7 +80,7 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     if collected.returncode not in (0, 5):
         print(collected.stdout, collected.stderr, sep="\n")
         return collected.returncode
-    failed = [node for node in node_ids if _pytest(dest, ["-q", *args, node], env) != 0]
+    failed = [node for i, node in enumerate(node_ids) if _pytest(dest, ["-q", *_per_node(args, i), node], env) != 0]
     print(f"standalone: {len(node_ids) - len(failed)} passed, {len(failed)} failed")
     for node in failed:
         print(f"FAILED {node}")

@@ -6,6 +6,7 @@ so this file supplies the part of upstream's test environment the series' tests 
 isolation fixtures. It is written for this project; it is not a copy of upstream's conftest.
 """
 
+import importlib.util
 import os
 from collections.abc import Iterator
 
@@ -41,10 +42,18 @@ def pytest_collection_modifyitems(items: list[pytest.Function], config: pytest.C
 
 
 def _patch_count(monkeypatch: pytest.MonkeyPatch, module: str, name: str, value: int) -> None:
-    # both namespaces: the Trainer's accelerators import the Fabric helpers by name
-    for root in (_FABRIC, _PYTORCH):
-        target = f"{root}.accelerators.{module}"
-        monkeypatch.setattr(f"{target}.{name}", lambda: value)
+    # both namespaces: the Trainer's accelerators import the Fabric helpers by name; the Trainer's module may not
+    # exist yet (an early prefix of the series, or lightning_fabric installed alone), then there is nothing to patch
+    monkeypatch.setattr(f"{_FABRIC}.accelerators.{module}.{name}", lambda: value)
+    if _module_exists(f"{_PYTORCH}.accelerators.{module}"):
+        monkeypatch.setattr(f"{_PYTORCH}.accelerators.{module}.{name}", lambda: value)
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 def mock_cuda_count(monkeypatch: pytest.MonkeyPatch, n: int) -> None:

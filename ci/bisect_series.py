@@ -1,0 +1,206 @@
+"""Bisect check: every prefix of ``patches/series`` applies to the pinned base and passes the tests it carries.
+
+A patch series is reviewable upstream only if each prefix of it works. This check copies the base once, applies the
+patches to that copy one at a time (so prefix k is prefix k-1 plus patch k, which is exactly "apply the first k
+patches to the base") and after each patch:
+
+1. byte-compiles the Python files the patch touched;
+2. runs the series' tests present in the prefix tree (the mocked tier, with ``tests/series/run.py --src`` so the tree
+   is imported directly and no wheel is built per prefix); a prefix without tests gets an import smoke test instead.
+
+It stops at the first patch that does not apply or breaks a test and names it (``--keep-going`` checks every prefix).
+
+    python ci/bisect_series.py [--series patches] [--base-tree DIR] [--workers 2] [-- PYTEST_ARGS...]
+
+Exit status: 0 when every prefix passes, 1 when a patch breaks, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tooling checks this checkout's series
+
+from ci.junit import Case, read_cases, summary  # noqa: E402
+from lightning_xpu.apply import PatchFailed, apply_to_tree  # noqa: E402
+from lightning_xpu.base import LIGHTNING, load_base, unpacked_sdist  # noqa: E402
+from lightning_xpu.errors import ToolError  # noqa: E402
+from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
+
+RUNNER = REPO / "tests" / "series" / "run.py"
+SUITES = ("tests_fabric", "tests_pytorch")
+
+
+@dataclass
+class PrefixResult:
+    """What happened at one prefix: ``ok`` or the stage that broke (``apply``, ``compile``, ``tests``, ``import``)."""
+
+    index: int
+    patch: Patch
+    status: str = "ok"
+    detail: str = ""
+    tests: str = ""
+    seconds: float = 0.0
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def compile_touched(tree: Path, patch: Patch) -> str:
+    """Byte-compile the Python files ``patch`` leaves in ``tree``; return the first error, or ``""``."""
+    for rel in patch.files:
+        path = tree / rel
+        if path.suffix == ".py" and path.is_file():
+            try:
+                compile(path.read_bytes(), str(rel), "exec", dont_inherit=True)
+            except SyntaxError as err:
+                return f"{rel}:{err.lineno}: {err.msg}"
+    return ""
+
+
+def series_test_files(tree: Path) -> list[str]:
+    """The series' test files present in ``tree``, relative to ``tree/tests``."""
+    files = []
+    for suite in SUITES:
+        files += sorted(str(p.relative_to(tree / "tests")) for p in (tree / "tests" / suite).rglob("test_*.py"))
+    return files
+
+
+def run_tests(tree: Path, workers: int, pytest_args: list[str], junit: Path) -> tuple[int, list[Case], str]:
+    """Run the mocked tier of the series' tests in ``tree``; return pytest's exit code, the cases and its output."""
+    args = ["-q", "-p", "no:randomly", f"--junitxml={junit}", *(["-n", str(workers)] if workers else []), *pytest_args]
+    env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), "--tree", str(tree), "--src", "--", *args],
+        env=env, capture_output=True, text=True,
+    )
+    return proc.returncode, read_cases(junit), proc.stdout + proc.stderr
+
+
+# the mocked tier: no emulated device, no tier filter left over from the caller's environment
+_TIER_VARIABLES = ("LIGHTNING_XPU_EMULATOR", "RUN_ONLY_XPU_TESTS", "RUN_ONLY_CUDA_TESTS", "PL_RUN_STANDALONE_TESTS")
+
+
+def import_smoke(tree: Path) -> str:
+    """Import both packages from ``tree/src``; return the error, or ``""``."""
+    env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import lightning.fabric, lightning.pytorch"],
+        env=env, capture_output=True, text=True, cwd=tree,
+    )
+    return "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+
+
+def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: int, pytest_args: list[str],
+                 scratch: Path) -> PrefixResult:
+    """Apply ``patch`` onto ``tree`` (which holds the previous prefix) and check the new prefix."""
+    result = PrefixResult(index, patch)
+    start = time.monotonic()
+    try:
+        apply_to_tree(Series(series.directory, (patch,)), tree)
+    except PatchFailed as err:
+        result.status, result.detail = "apply", str(err)
+        return result
+    if error := compile_touched(tree, patch):
+        result.status, result.detail = "compile", error
+    elif series_test_files(tree):
+        junit = scratch / f"prefix-{index:03d}.xml"
+        code, cases, output = run_tests(tree, workers, pytest_args, junit)
+        result.tests = summary(cases)
+        broken = [c for c in cases if c.outcome in ("failed", "error")]
+        result.failed = [f"{c.id}: {c.message}" if c.message else c.id for c in broken]
+        if code != 0:
+            result.status = "tests"
+            result.detail = f"pytest exited with {code}" if cases else _tail(output)
+    else:
+        result.tests = "no series tests yet; import smoke test"
+        if error := import_smoke(tree):
+            result.status, result.detail = "import", error
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _tail(output: str, lines: int = 15) -> str:
+    return "\n".join(output.strip().splitlines()[-lines:])
+
+
+def base_tree(series_dir: Path) -> Path:
+    """The unpacked pinned ``lightning`` sdist (downloaded and verified once, then cached)."""
+    base = load_base(series_dir)
+    return unpacked_sdist(base.sdist(LIGHTNING), base.version)
+
+
+def report_line(result: PrefixResult, total: int) -> str:
+    width = len(str(total))
+    status = "ok" if result.ok else f"BROKEN ({result.status})"
+    tests = f"  [{result.tests}]" if result.tests else ""
+    return f"[{result.index:>{width}}/{total}] {status:<17} {result.patch.name}{tests}  {result.seconds:.1f}s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--series", type=Path, help="series directory (default: this checkout's patches/)")
+    parser.add_argument("--base-tree", type=Path, help="an unpacked base tree to copy (default: the pinned sdist)")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per prefix; 0 runs in-process")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="check every prefix instead of stopping at the first break")
+    parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (put them after --)")
+    ns = parser.parse_args(argv)
+
+    try:
+        series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+        source = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
+    except ToolError as err:
+        print(f"bisect: {err}", file=sys.stderr)
+        return 2
+    if not source.is_dir():
+        print(f"bisect: base tree {source} is not a directory", file=sys.stderr)
+        return 2
+    total = len(series.patches)
+    if not total:
+        print(f"bisect: the series in {series.directory} is empty; nothing to check")
+        return 0
+    print(f"bisect: {total} patches from {series.directory} onto {source}")
+
+    started = time.monotonic()
+    results: list[PrefixResult] = []
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-bisect-") as tmp:
+        tree, scratch = Path(tmp) / "tree", Path(tmp)
+        shutil.copytree(source, tree, symlinks=True)
+        for index, patch in enumerate(series.patches, 1):
+            result = check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch)
+            results.append(result)
+            print(report_line(result, total), flush=True)
+            if not result.ok and (result.status == "apply" or not ns.keep_going):
+                break  # a patch that does not apply leaves no tree for the later prefixes
+
+    broken = [r for r in results if not r.ok]
+    elapsed = time.monotonic() - started
+    if not broken:
+        print(f"bisect: all {total} prefixes apply and pass their tests ({elapsed:.0f}s)")
+        return 0
+    first = broken[0]
+    print(f"\nbisect: FIRST BROKEN PATCH: {first.index}/{total} {first.patch.name} ({first.patch.subject})")
+    print(f"bisect: it breaks at the {first.status} stage: {first.detail}")
+    for test in first.failed[:20]:
+        print(f"  FAILED {test}")
+    if len(first.failed) > 20:
+        print(f"  ... and {len(first.failed) - 20} more")
+    print(f"bisect: {len(results)} of {total} prefixes checked in {elapsed:.0f}s")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Refuse to run the real-hardware tier unless torch sees a real Intel GPU.
+
+    python ci/intel/check_xpu.py [--min-devices N]
+    python ci/intel/check_xpu.py --preflight    # before torch is installed: emulator off, a GPU render node exists
+
+Prints the devices and exits 0, or prints ``ERROR: no XPU visible: <why and what to do>`` and exits 1. The emulated
+XPU (``LIGHTNING_XPU_EMULATOR``) does not count: the real-hardware tier exists to run on real devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+
+EMULATOR_VAR = "LIGHTNING_XPU_EMULATOR"
+_VISIBILITY_VARS = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "ZE_FLAT_DEVICE_HIERARCHY")
+
+
+def preflight_problem() -> str | None:
+    """What rules out an XPU before torch is even installed: the emulator switched on, or no GPU device node."""
+    emulator = os.environ.get(EMULATOR_VAR, "")
+    if emulator not in ("", "0"):
+        return (f"the XPU emulator is switched on ({EMULATOR_VAR}={emulator}); the real-hardware tier runs on real "
+                f"Intel GPUs only: unset {EMULATOR_VAR}")
+    if sys.platform.startswith("linux") and not (glob.glob("/dev/dri/renderD*") or os.path.exists("/dev/dxg")):
+        return ("this machine has no GPU render node (/dev/dri/renderD*): install the Intel GPU driver, or run the "
+                "container with --device /dev/dri")
+    return None
+
+
+def problem(min_devices: int = 1) -> str | None:
+    """Why the real-hardware tier cannot run here, or None when at least ``min_devices`` real XPUs are visible."""
+    emulator = os.environ.get(EMULATOR_VAR, "")
+    if emulator not in ("", "0"):
+        return (f"the XPU emulator is switched on ({EMULATOR_VAR}={emulator}); the real-hardware tier runs on real "
+                f"Intel GPUs only: unset {EMULATOR_VAR}")
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed; install an XPU build first: ci/intel/install_torch.sh nightly|release"
+    if getattr(torch.version, "xpu", None) is None or not hasattr(torch, "xpu"):
+        return (f"torch {torch.__version__} is not an XPU build (torch.version.xpu is None); install one with "
+                "ci/intel/install_torch.sh nightly|release")
+    if not torch.xpu.is_available() or torch.xpu.device_count() == 0:
+        settings = ", ".join(f"{v}={os.environ[v]}" for v in _VISIBILITY_VARS if v in os.environ) or "none set"
+        return ("torch.xpu.is_available() is False: check the Intel GPU driver and Level Zero runtime (`clinfo`, "
+                "`xpu-smi discovery`), that this user may open /dev/dri/renderD*, and the device selection "
+                f"({settings})")
+    names = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
+    if any("emulated" in name.lower() for name in names):
+        return f"the visible XPUs are emulated ({', '.join(names)}); the real-hardware tier needs real Intel GPUs"
+    if len(names) < min_devices:
+        return f"{len(names)} XPU(s) visible but this run asks for at least {min_devices}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--min-devices", type=int, default=1, help="fail with fewer visible XPUs (default: 1)")
+    parser.add_argument("--preflight", action="store_true", help="only the checks that need no torch")
+    ns = parser.parse_args(argv)
+    reason = preflight_problem() if ns.preflight else problem(ns.min_devices)
+    if reason is not None:
+        print(f"ERROR: no XPU visible: {reason}", file=sys.stderr)
+        return 1
+    if ns.preflight:
+        print("preflight: the emulator is off and a GPU device node exists")
+        return 0
+    import torch
+
+    print(f"torch {torch.__version__}, XPU runtime {torch.version.xpu}, {torch.xpu.device_count()} XPU(s):")
+    for i in range(torch.xpu.device_count()):
+        props = torch.xpu.get_device_properties(i)
+        print(f"  xpu:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""Upstream replay check: apply the series onto upstream Lightning's git history and compare upstream's own tests.
+
+The series targets the released ``lightning`` sdist; upstream reviewers apply it to a git checkout. For each ref (by
+default the release tag of the pinned base, or the newest earlier tag of that minor release when the checkout lacks
+it, and ``master``) this check:
+
+1. clones the checkout into a temporary directory (``git clone --shared``: the checkout itself is never written);
+2. runs upstream's own tests for the touched test paths on the ref (the directories that hold the series' test files,
+   plus ``test_<module>.py`` for each source module the series changes, where upstream has one);
+3. applies the series patch by patch with ``git am``, reporting each as ``clean`` (applies as is, offsets allowed),
+   ``3-way`` (needed ``git am -3``) or ``CONFLICT`` (then skipped, so the later patches are still tried);
+4. runs the same tests again and reports every upstream test whose outcome changed, and how the series' own new
+   tests fare in upstream's test environment.
+
+    LIGHTNING_UPSTREAM_CHECKOUT=~/src/pytorch-lightning python ci/replay_upstream.py [--ref 2.6.5 --ref master]
+
+Without a checkout it prints why it is skipped and exits 0 (CI has no access to GitHub). Exit status 1 when a patch
+conflicts or an upstream test that passed before the series fails after it; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tooling reads this checkout's series
+
+from ci.junit import Case, read_cases, summary  # noqa: E402
+from lightning_xpu._git import run_git  # noqa: E402
+from lightning_xpu.apply import describe_failure  # noqa: E402
+from lightning_xpu.base import load_base  # noqa: E402
+from lightning_xpu.errors import ToolError  # noqa: E402
+from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
+
+ENV_VAR = "LIGHTNING_UPSTREAM_CHECKOUT"
+SKIP_MESSAGE = (
+    f"replay check skipped: {ENV_VAR} is not set. Point it at a git checkout of "
+    "https://github.com/Lightning-AI/pytorch-lightning (a bare mirror is fine) to replay the series onto upstream's "
+    "history; this CI has no access to GitHub."
+)
+# committer identity for the temporary clone's commits; the user's git config is not read
+_IDENT = {"GIT_COMMITTER_NAME": "lightning-xpu replay", "GIT_COMMITTER_EMAIL": "replay@lightning-xpu.invalid",
+          "GIT_AUTHOR_NAME": "lightning-xpu replay", "GIT_AUTHOR_EMAIL": "replay@lightning-xpu.invalid",
+          "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+_PACKAGES = {"src/lightning/fabric/": "tests_fabric", "src/lightning/pytorch/": "tests_pytorch"}
+_TIER_VARIABLES = ("LIGHTNING_XPU_EMULATOR", "RUN_ONLY_XPU_TESTS", "RUN_ONLY_CUDA_TESTS", "PL_RUN_STANDALONE_TESTS")
+CHANGELOG = "CHANGELOG.md"
+_OFFSET = re.compile(r"Hunk #\d+ succeeded at \d+ \(offset (-?\d+) lines?\)")
+REGRESSIONS = {("passed", "failed"), ("passed", "error"), ("skipped", "failed"), ("skipped", "error"),
+               ("passed", "missing"), ("skipped", "missing")}
+
+
+@dataclass
+class PatchOutcome:
+    patch: str
+    result: str  # clean | 3-way | CONFLICT
+    detail: str = ""
+    changelog_only: bool = False  # the conflict is in CHANGELOG.md only; the code applied and was kept
+
+
+@dataclass
+class RefReport:
+    ref: str
+    commit: str
+    note: str = ""
+    patches: list[PatchOutcome] = field(default_factory=list)
+    test_paths: list[str] = field(default_factory=list)
+    before: str = ""
+    after: str = ""
+    changed: list[str] = field(default_factory=list)
+    regressions: list[str] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)  # regressions that passed when run again alone
+    series_tests: str = ""
+    series_failures: list[str] = field(default_factory=list)
+
+    @property
+    def conflicts(self) -> int:
+        return sum(p.result == "CONFLICT" for p in self.patches)
+
+
+def git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run_git(args, cwd, env=_IDENT, check=check)
+
+
+def resolve(checkout: Path, ref: str) -> str | None:
+    """The commit ``ref`` names in ``checkout`` (tags, local and remote-tracking branches), or None."""
+    for candidate in (ref, f"origin/{ref}", f"refs/tags/{ref}"):
+        proc = git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], checkout, check=False)
+        if proc.returncode == 0:
+            return proc.stdout.strip()
+    return None
+
+
+def default_refs(checkout: Path, version: str) -> list[tuple[str, str]]:
+    """``[(ref, note)]``: the release tag of the base (or the newest earlier tag of its minor release) and master."""
+    refs: list[tuple[str, str]] = []
+    if resolve(checkout, version):
+        refs.append((version, ""))
+    else:
+        major_minor = version.rsplit(".", 1)[0]
+        tags = git(["tag", "--list", f"{major_minor}.*"], checkout).stdout.split()
+        ours = tuple(int(x) for x in version.split("."))
+        older = [t for t in tags if re.fullmatch(r"\d+\.\d+\.\d+", t) and tuple(map(int, t.split("."))) < ours]
+        if older:
+            tag = max(older, key=lambda t: tuple(map(int, t.split("."))))
+            refs.append((tag, f"tag {version} is not in this checkout; using {tag}, its newest earlier release tag"))
+    for branch in ("master", "main"):
+        if resolve(checkout, branch):
+            refs.append((branch, ""))
+            break
+    return refs
+
+
+def test_paths(tree: Path, series: Series) -> list[str]:
+    """Upstream test paths (relative to ``tree/tests``) that the series touches, that exist in ``tree``."""
+    paths: dict[str, None] = {}
+    for rel in series.files:
+        if rel.startswith("tests/") and rel.endswith(".py"):
+            directory = Path(rel).parent.relative_to("tests")
+            if str(directory) in _PACKAGES.values():  # a suite's root stands for its top-level files, not the suite
+                paths.update(dict.fromkeys(str(p.relative_to(tree / "tests"))
+                                           for p in sorted((tree / "tests" / directory).glob("test_*.py"))))
+            else:
+                paths[str(directory)] = None
+        for prefix, suite in _PACKAGES.items():
+            if rel.startswith(prefix) and rel.endswith(".py"):
+                module = Path(rel[len(prefix):])
+                candidate = Path(suite) / module.parent / f"test_{module.stem}.py"
+                paths[str(candidate)] = None
+    return _outermost([p for p in paths if (tree / "tests" / p).exists()])
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop repeated paths and those that another path in the list (a directory) already covers."""
+    paths = list(dict.fromkeys(paths))
+    return [p for p in paths if not any(p != d and p.startswith(d + "/") for d in paths)]
+
+
+def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, timeout: int) -> list[Case]:
+    """Run upstream's tests at ``paths`` the way its CPU CI does (from ``tests/``, importing ``src/``)."""
+    if not paths:
+        return []
+    env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"), env.get("PYTHONPATH")]))
+    # a module that cannot be imported (a missing optional dependency) is reported as an error, not a stop
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", f"--junitxml={junit}",
+           "--continue-on-collection-errors", *(["-n", str(workers)] if workers else []), *paths]
+    try:
+        proc = subprocess.run(cmd, cwd=tree / "tests", env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"upstream's tests in {', '.join(paths)} ran longer than {timeout}s; "
+                        "narrow them with --tests or raise --timeout") from None
+    cases = read_cases(junit)
+    if not cases and proc.returncode not in (0, 5):
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+        raise ToolError(f"pytest could not run upstream's tests (exit {proc.returncode}):\n{tail}")
+    return cases
+
+
+def drop_missing_blobs(tree: Path) -> list[str]:
+    """Remove from the index the files whose blobs the checkout lacks, so that ``git am`` can write trees.
+
+    Mirrors that leave out their largest files (images under docs/) still list them in every tree; such a file is
+    outside what the series and the tests touch, and dropping it from the temporary clone's index changes neither.
+    """
+    listing = git(["ls-tree", "-r", "--full-tree", "HEAD"], tree).stdout.splitlines()
+    entries = [(line.split()[2], line.split("\t", 1)[1]) for line in listing if line.split()[1] == "blob"]
+    proc = subprocess.run(["git", "cat-file", "--batch-check=%(objectname) %(objecttype)"], cwd=tree, text=True,
+                          input="".join(f"{sha}\n" for sha, _ in entries), capture_output=True)
+    missing = {line.split()[0] for line in proc.stdout.splitlines() if line.endswith(" missing")}
+    paths = [path for sha, path in entries if sha in missing]
+    if paths:
+        git(["update-index", "--force-remove", "--", *paths], tree)
+        git(["commit", "--quiet", "--no-verify", "-m", "replay: leave out files missing from this checkout"], tree)
+    return paths
+
+
+def _abort(tree: Path) -> None:
+    git(["am", "--abort"], tree, check=False)
+    git_dir = Path(git(["rev-parse", "--absolute-git-dir"], tree).stdout.strip())
+    if (git_dir / "rebase-apply").exists():
+        raise ToolError(f"`git am --abort` could not clean up the replay clone {tree}")
+
+
+def apply_patch(tree: Path, patch: Patch) -> PatchOutcome:
+    """Apply one patch as a commit; classify it, and skip it when it conflicts.
+
+    Upstream's CHANGELOG.md files change with every merged PR, so a conflict there says little about the code: a
+    patch that conflicts is tried again without its CHANGELOG.md hunks, and if its code then applies, that code is
+    kept (so the later patches are checked against it) and the conflict is reported as CHANGELOG-only.
+    """
+    outcome = _apply(tree, patch)
+    if outcome.result != "CONFLICT" or not any(f.endswith(CHANGELOG) for f in patch.files):
+        return outcome
+    code = _apply(tree, patch, f"--exclude=*{CHANGELOG}")
+    if code.result == "CONFLICT":
+        return PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
+    return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
+                        f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+
+
+def _apply(tree: Path, patch: Patch, *options: str) -> PatchOutcome:
+    check = git(["apply", "--check", "--verbose", *options, str(patch.path)], tree, check=False)
+    if check.returncode == 0 and git(["am", "--quiet", *options, str(patch.path)], tree, check=False).returncode == 0:
+        offsets = _OFFSET.findall(check.stderr + check.stdout)
+        return PatchOutcome(patch.name, "clean", f"{len(offsets)} hunk(s) at an offset" if offsets else "")
+    _abort(tree)
+    proc = git(["am", "-3", "--quiet", *options, str(patch.path)], tree, check=False)
+    if proc.returncode == 0:
+        return PatchOutcome(patch.name, "3-way")
+    conflicted = git(["diff", "--name-only", "--diff-filter=U"], tree, check=False).stdout.split()
+    detail = f"merge conflict in {', '.join(conflicted)}" if conflicted else describe_failure(
+        patch, proc.stderr + proc.stdout).split(": ", 1)[-1]
+    git(["am", "--skip"], tree, check=False)
+    _abort(tree)
+    return PatchOutcome(patch.name, "CONFLICT", detail)
+
+
+def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list[str], list[Case], list[Case]]:
+    """Changed outcomes of upstream's tests, the regressions among them, and the series' own test cases."""
+    old = {c.id: c for c in before}
+    new = {c.id: c for c in after}
+    changed, regressions = [], []
+    for test_id, case in old.items():
+        now = new.get(test_id, Case(test_id, "missing"))
+        if now.outcome != case.outcome:
+            changed.append(f"{test_id}: {case.outcome} -> {now.outcome}" + (f" ({now.message})" if now.message else ""))
+            if (case.outcome, now.outcome) in REGRESSIONS:
+                regressions.append(now)
+    modules = tuple(f[len("tests/"):-len(".py")].replace("/", ".") for f in series.files
+                    if f.startswith("tests/") and f.endswith(".py"))
+    added = [c for c in after if c.id not in old and _in_modules(_module(c.id), modules)]
+    return changed, regressions, added
+
+
+def _module(test_id: str) -> str:
+    """The dotted module (and class) of a JUnit id, relative to ``tests/`` like the series' file paths."""
+    return test_id.split("::", 1)[0].removeprefix("tests.")
+
+
+def _in_modules(classname: str, modules: tuple[str, ...]) -> bool:
+    return any(classname == m or classname.startswith(m + ".") for m in modules)
+
+
+def node_id(tests_dir: Path, case: Case) -> str | None:
+    """``tests_fabric.x.test_y.TestZ::test_w[1]`` -> ``tests_fabric/x/test_y.py::TestZ::test_w[1]``."""
+    parts, name = _module(case.id).split("."), case.id.split("::", 1)[1]
+    for i in range(len(parts), 0, -1):
+        path = Path(*parts[:i]).with_suffix(".py")
+        if (tests_dir / path).is_file():
+            return "::".join([str(path), *parts[i:], name])
+    return None
+
+
+def reproduced(tree: Path, cases: list[Case], junit: Path, timeout: int) -> set[str]:
+    """Run the regressed tests again, alone and in one process: which fail again (the rest are flaky)."""
+    nodes = {node: case.id for case in cases if (node := node_id(tree / "tests", case))}
+    if not nodes:
+        return {c.id for c in cases}
+    rerun = {c.id: c for c in run_upstream_tests(tree, list(nodes), 0, junit, timeout)}
+    failing = {c.id for c in cases if c.id not in nodes.values()}  # no node id: keep it as a regression
+    return failing | {c.id for c in cases if c.id in rerun and rerun[c.id].outcome in ("failed", "error")}
+
+
+def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series, ns: argparse.Namespace,
+               scratch: Path) -> RefReport:
+    sha = resolve(checkout, ref)
+    if sha is None:
+        raise ToolError(f"{ref!r} is not a commit, tag or branch in {checkout}")
+    report = RefReport(ref, sha[:12], note)
+    git(["checkout", "--quiet", "--force", "--detach", sha], clone)
+    git(["clean", "-fdxq"], clone)
+    if dropped := drop_missing_blobs(clone):
+        report.note = "; ".join(filter(None, [report.note, f"{len(dropped)} file(s) whose contents this checkout "
+                                              f"lacks were left out of the replay (e.g. {dropped[0]})"]))
+    report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series))
+    safe = re.sub(r"\W", "_", ref)
+    before = run_upstream_tests(clone, report.test_paths, ns.workers, scratch / f"{safe}-before.xml", ns.timeout)
+    report.before = summary(before) if report.test_paths else "not run"
+    for patch in series.patches:
+        report.patches.append(apply_patch(clone, patch))
+    if report.test_paths:
+        # the series may add test files in directories upstream does not have yet
+        paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
+        after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
+        report.after = summary(after)
+        report.changed, regressed, added = compare(before, after, series)
+        confirmed = reproduced(clone, regressed, scratch / f"{safe}-rerun.xml", ns.timeout) if regressed else set()
+        report.regressions = [line for line in report.changed if line.split(": ", 1)[0] in confirmed]
+        report.flaky = [line for line in report.changed if line.split(": ", 1)[0] in {c.id for c in regressed}
+                        and line.split(": ", 1)[0] not in confirmed]
+        report.series_tests = summary(added)
+        report.series_failures = [f"{c.id}: {c.message}" for c in added if c.outcome in ("failed", "error")]
+    return report
+
+
+def print_report(report: RefReport) -> None:
+    print(f"\n== {report.ref} ({report.commit}) ==")
+    if report.note:
+        print(f"   note: {report.note}")
+    width = max(len(p.patch) for p in report.patches) if report.patches else 0
+    for outcome in report.patches:
+        detail = f"  {outcome.detail}" if outcome.detail else ""
+        print(f"   {outcome.patch:<{width}}  {outcome.result}{detail}")
+    counts = {r: sum(p.result == r for p in report.patches) for r in ("clean", "3-way", "CONFLICT")}
+    changelog = sum(p.changelog_only for p in report.patches)
+    print("   patches: " + ", ".join(f"{n} {r}" for r, n in counts.items())
+          + (f" ({changelog} of them only in {CHANGELOG})" if changelog else ""))
+    if not report.test_paths:
+        print("   upstream tests: not run")
+        return
+    print(f"   upstream tests in {', '.join(report.test_paths)}")
+    print(f"     before the series: {report.before}")
+    print(f"     after the series:  {report.after}" + ("  (conflicting patches skipped)" if report.conflicts else ""))
+    print(f"     upstream tests whose outcome changed: {len(report.changed)}")
+    for line in report.changed:
+        tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
+        print(f"       {tag}{line}")
+    print(f"     the series' own tests in upstream's environment: {report.series_tests}")
+    for line in report.series_failures[:20]:
+        print(f"       {line}")
+    if len(report.series_failures) > 20:
+        print(f"       ... and {len(report.series_failures) - 20} more")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkout", type=Path, default=os.environ.get(ENV_VAR) or None,
+                        help=f"upstream git checkout (default: ${ENV_VAR})")
+    parser.add_argument("--ref", action="append", dest="refs", help="ref to replay onto; repeatable "
+                        "(default: the base's release tag and master)")
+    parser.add_argument("--series", type=Path, help="series directory (default: this checkout's patches/)")
+    parser.add_argument("--tests", nargs="+", help="upstream test paths relative to tests/ (default: derived)")
+    parser.add_argument("--no-tests", action="store_true", help="only report how the patches apply")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers; 0 runs in-process")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
+    parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
+    ns = parser.parse_args(argv)
+
+    if ns.checkout is None:
+        print(SKIP_MESSAGE)
+        return 0
+    checkout = Path(ns.checkout).expanduser().resolve()
+    try:
+        if git(["rev-parse", "--git-dir"], checkout, check=False).returncode != 0:
+            raise ToolError(f"{checkout} is not a git checkout (from {ENV_VAR} or --checkout)")
+        series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+        refs = [(r, "") for r in ns.refs] if ns.refs else default_refs(checkout, load_base(series.directory).version)
+        if not refs:
+            raise ToolError(f"{checkout} has neither a release tag of the base nor master/main; pass --ref")
+        print(f"replay: {len(series.patches)} patches from {series.directory} onto {checkout} "
+              f"at {', '.join(r for r, _ in refs)}", flush=True)
+        reports = []
+        with tempfile.TemporaryDirectory(prefix="lightning-xpu-replay-") as tmp:
+            clone, started = Path(tmp) / "upstream", time.monotonic()
+            git(["clone", "--quiet", "--shared", "--no-checkout", str(checkout), str(clone)], Path(tmp))
+            # a sparse checkout skips docs and notebooks: faster, and robust to mirrors without large blobs
+            git(["sparse-checkout", "set", *sorted(_sparse_dirs(series))], clone)
+            for ref, note in refs:
+                reports.append(replay_ref(checkout, clone, ref, note, series, ns, Path(tmp)))
+                print_report(reports[-1])
+    except ToolError as err:
+        print(f"replay: {err}", file=sys.stderr)
+        return 2
+    if ns.json:
+        ns.json.write_text(json.dumps([asdict(r) for r in reports], indent=2) + "\n")
+    conflicts = sum(r.conflicts for r in reports)
+    regressions = sum(len(r.regressions) for r in reports)
+    print(f"\nreplay: {conflicts} conflicting patch(es), {regressions} upstream test regression(s) "
+          f"over {len(reports)} ref(s) in {time.monotonic() - started:.0f}s")
+    return 1 if conflicts or regressions else 0
+
+
+def _sparse_dirs(series: Series) -> set[str]:
+    return {"src", "tests", "requirements", ".actions"} | {f.split("/", 1)[0] for f in series.files if "/" in f}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The bisect check names the first patch of a series that does not apply or breaks a test of its prefix."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.ci.series_factory import FAKE_BASE, commit, init_repo, make_series, write
+
+BISECT = Path(__file__).resolve().parents[2] / "ci" / "bisect_series.py"
+
+ADD_MUL = {
+    "src/lightning/fabric/calc.py": '"""Arithmetic."""\n\n\ndef add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n'
+    "    return a * b\n",
+    "tests/tests_fabric/test_calc.py": "from lightning.fabric.calc import add, mul\n\n\ndef test_add():\n"
+    "    assert add(2, 3) == 5\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n",
+}
+BREAK_ADD = {
+    "src/lightning/fabric/calc.py": '"""Arithmetic."""\n\n\ndef add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n'
+    "    return a * b\n",
+}
+ADD_README = {"src/lightning/fabric/NOTES.md": "notes\n"}
+ADD_NEG = {
+    "src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
+    "tests/tests_fabric/test_neg.py": "from lightning.fabric.neg import neg\n\n\n"
+    "def test_neg():\n    assert neg(2) == -2\n",
+}
+
+
+def _series(tmp_path: Path, commits: list[tuple[str, dict]]) -> tuple[Path, Path]:
+    """A base tree and a series made of ``commits`` on top of it."""
+    repo = tmp_path / "ws"
+    init_repo(repo, FAKE_BASE)
+    for subject, files in commits:
+        commit(repo, subject, files)
+    base = tmp_path / "base"
+    write(base, FAKE_BASE)
+    return base, make_series(repo, "HEAD~" + str(len(commits)), tmp_path / "patches")
+
+
+def _bisect(base: Path, series: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BISECT), "--series", str(series), "--base-tree", str(base), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_names_the_middle_patch_that_breaks_an_earlier_test(tmp_path):
+    base, series = _series(tmp_path, [
+        ("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD), ("fabric: add neg", ADD_NEG),
+    ])
+    proc = _bisect(base, series)  # default: two xdist workers, as in CI
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FIRST BROKEN PATCH: 2/3 0002-fabric-rewrite-add.patch (fabric: rewrite add)" in proc.stdout
+    assert "breaks at the tests stage" in proc.stdout
+    assert "FAILED tests_fabric.test_calc::test_add" in proc.stdout
+    assert "[1/3] ok" in proc.stdout and "1 failed, 1 passed" not in proc.stdout.split("[2/3]")[0]
+    assert "[3/3]" not in proc.stdout  # stops at the first break
+
+
+def test_keep_going_checks_every_prefix(tmp_path):
+    base, series = _series(tmp_path, [
+        ("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD), ("fabric: add neg", ADD_NEG),
+    ])
+    proc = _bisect(base, series, "--workers", "0", "--keep-going")
+    assert proc.returncode == 1
+    assert "FIRST BROKEN PATCH: 2/3" in proc.stdout
+    assert "[3/3] BROKEN (tests)" in proc.stdout  # the break persists into the later prefix
+
+
+def test_a_good_series_passes_and_prefixes_without_tests_get_an_import_check(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add notes", ADD_README), ("fabric: add mul", ADD_MUL),
+                                      ("fabric: add neg", ADD_NEG)])
+    proc = _bisect(base, series, "--workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[1/3] ok" in proc.stdout and "import smoke test" in proc.stdout
+    assert "[3/3] ok" in proc.stdout and "3 passed" in proc.stdout
+    assert "all 3 prefixes apply and pass their tests" in proc.stdout
+
+
+def test_names_the_patch_that_does_not_apply(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD)])
+    second = series / "0002-fabric-rewrite-add.patch"
+    second.write_text(second.read_text().replace(" def mul(a, b):", " def multiply(a, b):"))  # context drifts
+    proc = _bisect(base, series, "--workers", "0")
+    assert proc.returncode == 1
+    assert "[2/2] BROKEN (apply)" in proc.stdout
+    assert "FIRST BROKEN PATCH: 2/2 0002-fabric-rewrite-add.patch" in proc.stdout
+    assert "src/lightning/fabric/calc.py" in proc.stdout
+
+
+@pytest.mark.parametrize("source", ["def broken(:\n", "import lightning.fabric.missing_module\n"])
+def test_names_a_patch_without_tests_that_breaks_the_package(tmp_path, source):
+    """A syntax error is caught by the byte-compile step, an import error by the import smoke test."""
+    base, series = _series(tmp_path, [("fabric: add notes", ADD_README),
+                                       ("fabric: add helper", {"src/lightning/fabric/__init__.py": source})])
+    proc = _bisect(base, series, "--workers", "0")
+    assert proc.returncode == 1
+    stage = "compile" if "def broken" in source else "import"
+    assert f"[2/2] BROKEN ({stage})" in proc.stdout
+    assert "FIRST BROKEN PATCH: 2/2 0002-fabric-add-helper.patch" in proc.stdout

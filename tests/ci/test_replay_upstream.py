@@ -1,0 +1,133 @@
+"""The replay check applies the series onto an upstream git history and reports what changed."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ci.replay_upstream import default_refs
+from tests.ci.series_factory import commit, git, init_repo, make_series
+
+REPLAY = Path(__file__).resolve().parents[2] / "ci" / "replay_upstream.py"
+
+CALC = ['"""Arithmetic."""', "", "", "def add(a, b):", "    return a + b", "", "", "def sub(a, b):",
+        "    return a - b", "", "", "def mul(a, b):", "    return a * b", "", "", "def div(a, b):", "    return a / b"]
+TESTS = ("from lightning.fabric.calc import add, div, mul, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+         "def test_sub():\n    assert sub(2, 3) == -1\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\n"
+         "def test_div():\n    assert div(3, 2) == 1.5\n")
+STATE_TEST = """import pathlib
+
+
+def test_no_leftover_state():
+    marker = pathlib.Path(__file__).parent / "leftover"
+    leftover = marker.exists()
+    marker.unlink(missing_ok=True)
+    assert not leftover
+"""
+SRC = {"src/lightning/__init__.py": "", "src/lightning/fabric/__init__.py": "",
+       "src/lightning/fabric/CHANGELOG.md": "# Changelog\n\n## Unreleased\n\n## 1.0.0\n\n- First release\n"}
+CHANGELOG = "src/lightning/fabric/CHANGELOG.md"
+
+
+def calc(**lines: str) -> str:
+    """CALC with some 1-based lines replaced, e.g. ``calc(l13="    return a * b + 1")``."""
+    text = list(CALC)
+    for key, line in lines.items():
+        text[int(key[1:]) - 1] = line
+    return "\n".join(text) + "\n"
+
+
+def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
+    """An upstream history (tag 1.0.0, then master) and a series made against the 1.0.0 sources.
+
+    On master, patch 2's context moved (a 3-way merge fixes that) and patch 3's line was rewritten (a conflict);
+    patch 1's CHANGELOG entry conflicts with another one there. Patch 2 breaks upstream's ``test_mul``; patch 1 adds
+    a module and a test of its own.
+    """
+    upstream = tmp_path / "upstream"
+    # like upstream: pytest's rootdir is the repository root, so JUnit ids start with `tests.`
+    init_repo(upstream, {**SRC, "src/lightning/fabric/calc.py": calc(), "tests/__init__.py": "",
+                         "pyproject.toml": "[tool.pytest.ini_options]\naddopts = []\n",
+                         "tests/tests_fabric/__init__.py": "", "tests/tests_fabric/test_calc.py": TESTS,
+                         "tests/tests_fabric/test_state.py": STATE_TEST})
+    git(upstream, "tag", "1.0.0")
+    commit(upstream, "later upstream work", {"src/lightning/fabric/calc.py": calc(
+        l16="def div(a, b):  # true division", l9="    return a.__sub__(b)"),
+        CHANGELOG: SRC[CHANGELOG].replace("## Unreleased\n", "## Unreleased\n\n- Faster `div`\n")})
+
+    workspace = tmp_path / "workspace"  # the sdist: sources only, no tests
+    init_repo(workspace, {**SRC, "src/lightning/fabric/calc.py": calc()})
+    entry = SRC[CHANGELOG].replace("## Unreleased\n", "## Unreleased\n\n- Add `neg`\n")
+    # importing the series' test leaves state behind that upstream's test_state trips over when run in one session
+    test_neg = ("import pathlib\n\nfrom lightning.fabric.neg import neg\n\n"
+                "(pathlib.Path(__file__).parent / 'leftover').touch()\n\n\n"
+                "def test_neg():\n    assert neg(2) == -2\n")
+    commit(workspace, "fabric: add neg", {"src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
+                                          CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
+    commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
+    commit(workspace, "fabric: change sub", {"src/lightning/fabric/calc.py": calc(
+        l13="    return a * b + 1", l9="    return -(b - a)")})
+    return upstream, make_series(workspace, "HEAD~3", tmp_path / "patches")
+
+
+def _replay(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPLAY), *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
+    upstream, series = _upstream_and_series(tmp_path)
+    before = git(upstream, "rev-parse", "HEAD")
+    report = tmp_path / "report.json"
+    proc = _replay("--checkout", str(upstream), "--series", str(series), "--ref", "1.0.0", "--ref", "main",
+                   "--workers", "0", "--json", str(report))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    tag, main = json.loads(report.read_text())
+    assert [p["result"] for p in tag["patches"]] == ["clean", "clean", "clean"]
+    assert [p["result"] for p in main["patches"]] == ["CONFLICT", "3-way", "CONFLICT"]
+    assert main["patches"][0]["changelog_only"]
+    assert main["patches"][0]["detail"] == (
+        f"only in CHANGELOG.md (merge conflict in {CHANGELOG}); the code applies clean")
+    assert main["patches"][2]["detail"] == "merge conflict in src/lightning/fabric/calc.py"
+    assert not main["patches"][2]["changelog_only"]
+    for ref in (tag, main):
+        # a suite root stands for its top-level files
+        assert ref["test_paths"] == ["tests_fabric/test_calc.py", "tests_fabric/test_state.py"]
+        assert ref["before"] == "5 passed"
+        assert ref["regressions"] == ["tests.tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
+        # fails after the series, passes when run again alone: reported, not counted as a regression
+        assert ref["flaky"] == [
+            "tests.tests_fabric.test_state::test_no_leftover_state: passed -> failed (assert not True)"]
+        assert ref["series_tests"] == "1 passed"  # test_neg, new with the series (kept on main without its CHANGELOG)
+    assert tag["changed"] == tag["regressions"] + tag["flaky"]  # patch 3's change to sub keeps its test passing
+    assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
+    assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
+    assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py" in proc.stdout
+    # the checkout itself is untouched
+    assert git(upstream, "rev-parse", "HEAD") == before
+    assert git(upstream, "status", "--porcelain") == ""
+
+
+def test_without_a_checkout_it_says_why_it_is_skipped(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LIGHTNING_UPSTREAM_CHECKOUT"}
+    proc = _replay(env=env)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("replay check skipped: LIGHTNING_UPSTREAM_CHECKOUT is not set.")
+
+
+def test_rejects_a_directory_that_is_not_a_git_checkout(tmp_path):
+    proc = _replay("--checkout", str(tmp_path), "--no-tests")
+    assert proc.returncode == 2
+    assert "is not a git checkout" in proc.stderr
+
+
+def test_default_refs_fall_back_to_the_newest_earlier_release_tag(tmp_path):
+    repo = tmp_path / "repo"
+    init_repo(repo, {"a": "1\n"})
+    for tag in ("2.6.4", "2.6.5", "2.7.0", "2.6.10"):
+        git(repo, "tag", tag)
+    git(repo, "branch", "master")
+    assert default_refs(repo, "2.6.6") == [
+        ("2.6.5", "tag 2.6.6 is not in this checkout; using 2.6.5, its newest earlier release tag"), ("master", "")]
+    git(repo, "tag", "2.6.6")
+    assert default_refs(repo, "2.6.6") == [("2.6.6", ""), ("master", "")]
