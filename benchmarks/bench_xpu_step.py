@@ -16,11 +16,11 @@ import os
 import sys
 import time
 
+import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-import lightning as L
 from lightning_xpu import emulator
 
 _PER_STEP = ("synchronize", "d2h_copies", "item", "h2d_copies")

@@ -107,7 +107,8 @@ def test_memory_stats_follow_allocations(run_emulated):
         peak_reset = torch.xpu.max_memory_allocated(0)
         y = torch.ones(3, device="xpu:1")                      # other device: not on xpu:0's books
         print(json.dumps([grown, after_free, peak >= 4 * 2**20, peak_reset < 4 * 2**20,
-                          s["allocated_bytes.large_pool.current"] >= 4 * 2**20, s["reserved_bytes.all.current"] >= grown,
+                          s["allocated_bytes.large_pool.current"] >= 4 * 2**20,
+                          s["reserved_bytes.all.current"] >= grown,
                           torch.xpu.memory_allocated(1), sorted(k for k in s if k.endswith("all.current"))[:3],
                           torch.xpu.mem_get_info(0)[1], torch.accelerator.memory_allocated(1)]))
         """
@@ -213,7 +214,10 @@ def test_mixed_devices_fail_like_the_real_runtime(run_emulated):
             except RuntimeError as e:
                 print(str(e).split("!")[0])
         print((a + torch.tensor(2.0)).device, torch.arange(4.0, device="xpu")[torch.tensor([1, 3])].tolist())
-        for name, layer, x in (("linear", torch.nn.Linear(2, 2), a), ("conv", torch.nn.Conv1d(1, 1, 1), a.view(1, 1, 2))):
+        for name, layer, x in (
+            ("linear", torch.nn.Linear(2, 2), a),
+            ("conv", torch.nn.Conv1d(1, 1, 1), a.view(1, 1, 2)),
+        ):
             try:
                 layer(x)                          # parameters left on the CPU
                 print(name, "no error")
