@@ -160,4 +160,5 @@ def _subject(lines: list[str]) -> str:
 
 def load_series(directory: Path) -> Series:
     """Load and parse the series in ``directory``."""
+    directory = Path(directory).resolve()  # patches are applied from other working directories
     return Series(directory, tuple(parse_patch(directory / name) for name in read_series_names(directory)))

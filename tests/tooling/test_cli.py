@@ -118,3 +118,10 @@ def test_doctor_says_emulated_when_the_emulator_is_on() -> None:
     assert "boom" in text
     assert "2.6.6+xpu.1 [patched wheel, series version 1; this shim's series is version 2]" in text
     assert "emulator" in text and "ON (XPU devices are emulated)" in text
+
+
+def test_apply_check_with_a_relative_series_directory(fake_series_dir: Path) -> None:
+    # the patches are applied from a temporary copy, so a relative --series must not be read from there
+    proc = run_cli("apply", "--check", "--series", fake_series_dir.name, cwd=fake_series_dir.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "apply to the pinned base" in proc.stdout
