@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -326,10 +327,11 @@ def print_report(report: RefReport) -> None:
         tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
         print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
-    for line in report.series_failures[:20]:
-        print(f"       {line}")
-    if len(report.series_failures) > 20:
-        print(f"       ... and {len(report.series_failures) - 20} more")
+    reasons = Counter(line.split(": ", 1)[1] if ": " in line else line for line in report.series_failures)
+    for reason, n in reasons.most_common(15):
+        print(f"       {n} x {reason}")
+    if len(reasons) > 15:
+        print(f"       ... and {len(reasons) - 15} more reasons")
 
 
 def main(argv: list[str] | None = None) -> int:
