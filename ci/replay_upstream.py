@@ -200,13 +200,31 @@ def apply_patch(tree: Path, patch: Patch) -> PatchOutcome:
     kept (so the later patches are checked against it) and the conflict is reported as CHANGELOG-only.
     """
     outcome = _apply(tree, patch)
-    if outcome.result != "CONFLICT" or not any(f.endswith(CHANGELOG) for f in patch.files):
+    if outcome.result != "CONFLICT":
         return outcome
-    code = _apply(tree, patch, f"--exclude=*{CHANGELOG}")
-    if code.result == "CONFLICT":
-        return PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
-    return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
-                        f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+    options = []
+    if any(f.endswith(CHANGELOG) for f in patch.files):
+        options = [f"--exclude=*{CHANGELOG}"]
+        code = _apply(tree, patch, *options)
+        if code.result != "CONFLICT":
+            return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
+                                f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+        outcome = PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
+    outcome.detail += _keep_what_applies(tree, patch, *options)
+    return outcome
+
+
+def _keep_what_applies(tree: Path, patch: Patch, *options: str) -> str:
+    """Commit the hunks of a conflicting patch that do apply, so that the later patches are checked against them."""
+    git(["apply", "--reject", "--whitespace=nowarn", *options, str(patch.path)], tree, check=False)
+    rejected = sorted(str(p.relative_to(tree))[: -len(".rej")] for p in tree.rglob("*.rej"))
+    for path in rejected:
+        (tree / f"{path}.rej").unlink()
+    git(["add", "-A"], tree)
+    if git(["diff", "--cached", "--quiet"], tree, check=False).returncode != 0:
+        git(["commit", "--quiet", "--no-verify", "-m", f"replay: the hunks of {patch.name} that apply"], tree)
+        return f"; kept its other hunks, rejected: {', '.join(rejected)}"
+    return "; none of its hunks apply"
 
 
 def _apply(tree: Path, patch: Patch, *options: str) -> PatchOutcome:

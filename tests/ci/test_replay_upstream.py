@@ -66,7 +66,7 @@ def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
                                           CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
     commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
     commit(workspace, "fabric: change sub", {"src/lightning/fabric/calc.py": calc(
-        l13="    return a * b + 1", l9="    return -(b - a)")})
+        l13="    return a * b + 1", l9="    return -(b - a)"), "src/lightning/fabric/sub.py": "from .calc import *\n"})
     return upstream, make_series(workspace, "HEAD~3", tmp_path / "patches")
 
 
@@ -88,7 +88,8 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert main["patches"][0]["changelog_only"]
     assert main["patches"][0]["detail"] == (
         f"only in CHANGELOG.md (merge conflict in {CHANGELOG}); the code applies clean")
-    assert main["patches"][2]["detail"] == "merge conflict in src/lightning/fabric/calc.py"
+    assert main["patches"][2]["detail"] == ("merge conflict in src/lightning/fabric/calc.py; "
+                                            "kept its other hunks, rejected: src/lightning/fabric/calc.py")
     assert not main["patches"][2]["changelog_only"]
     for ref in (tag, main):
         # a suite root stands for its top-level files
@@ -102,7 +103,7 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert tag["changed"] == tag["regressions"] + tag["flaky"]  # patch 3's change to sub keeps its test passing
     assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
     assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
-    assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py" in proc.stdout
+    assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py;" in proc.stdout
     # the checkout itself is untouched
     assert git(upstream, "rev-parse", "HEAD") == before
     assert git(upstream, "status", "--porcelain") == ""
