@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,9 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tooling reads this checkout's series
 
+from ci.bisect_series import base_tree  # noqa: E402
 from ci.junit import Case, read_cases, summary  # noqa: E402
 from lightning_xpu._git import run_git  # noqa: E402
-from lightning_xpu.apply import describe_failure  # noqa: E402
+from lightning_xpu.apply import apply_to_tree, describe_failure  # noqa: E402
 from lightning_xpu.base import load_base  # noqa: E402
 from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
@@ -165,6 +167,35 @@ def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, 
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
         raise ToolError(f"pytest could not run upstream's tests (exit {proc.returncode}):\n{tail}")
     return cases
+
+
+def seed_series_blobs(clone: Path, series: Series, base: Path) -> None:
+    """Store in ``clone`` every file version the series' patches start from and produce.
+
+    ``git am -3`` merges with the preimage blob a patch names in its ``index`` lines. The series is made against the
+    sdist, so those blobs (the sdist's own files where they differ from git, and every intermediate state of the
+    series) are not in upstream's history; without them a patch that does not apply as is can only "conflict".
+    """
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-blobs-") as tmp:
+        work = Path(tmp)
+        for rel in series.files:
+            if (base / rel).is_file():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(base / rel, work / rel)
+        _hash_objects(clone, work, series.files)
+        for patch in series.patches:
+            try:
+                apply_to_tree(Series(series.directory, (patch,)), work)
+            except ToolError:
+                return  # the series does not apply to its own base: the bisect check reports that
+            _hash_objects(clone, work, patch.files)
+
+
+def _hash_objects(clone: Path, work: Path, files: tuple[str, ...]) -> None:
+    paths = [str(work / rel) for rel in files if (work / rel).is_file()]
+    if paths:
+        subprocess.run(["git", "hash-object", "-w", "--stdin-paths"], cwd=clone, input="\n".join(paths) + "\n",
+                       text=True, capture_output=True, check=True)
 
 
 def drop_missing_blobs(tree: Path) -> list[str]:
@@ -363,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tests", action="store_true", help="only report how the patches apply")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers; 0 runs in-process")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
+    parser.add_argument("--base-tree", type=Path, help="the unpacked base the series was made against "
+                        "(default: the pinned sdist, downloaded once)")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     ns = parser.parse_args(argv)
 
@@ -374,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         if git(["rev-parse", "--git-dir"], checkout, check=False).returncode != 0:
             raise ToolError(f"{checkout} is not a git checkout (from {ENV_VAR} or --checkout)")
         series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+        if ns.base_tree and not ns.base_tree.is_dir():
+            raise ToolError(f"--base-tree {ns.base_tree} is not a directory")
         refs = [(r, "") for r in ns.refs] if ns.refs else default_refs(checkout, load_base(series.directory).version)
         if not refs:
             raise ToolError(f"{checkout} has neither a release tag of the base nor master/main; pass --ref")
@@ -385,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
             git(["clone", "--quiet", "--shared", "--no-checkout", str(checkout), str(clone)], Path(tmp))
             # a sparse checkout skips docs and notebooks: faster, and robust to mirrors without large blobs
             git(["sparse-checkout", "set", *sorted(_sparse_dirs(series))], clone)
+            try:
+                base = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
+                seed_series_blobs(clone, series, base)
+            except ToolError as err:
+                print(f"replay: the series' own file versions are not available ({err}); a patch that needs a 3-way "
+                      "merge will show as a conflict", flush=True)
             for ref, note in refs:
                 reports.append(replay_ref(checkout, clone, ref, note, series, ns, Path(tmp)))
                 print_report(reports[-1])
