@@ -35,6 +35,7 @@ from ci.junit import read_cases, summary  # noqa: E402
 
 RUNNER = REPO / "tests" / "series" / "run.py"
 CHECK = Path(__file__).resolve().parent / "check_xpu.py"
+SERIES = REPO / "patches"  # this checkout's series, whichever lightning_xpu is installed
 
 
 class StepFailed(Exception):
@@ -102,11 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         for stale in out.glob("junit-*.xml"):
             stale.unlink()
         if not ns.skip_build:
-            step("build and install", [py, "-m", "lightning_xpu", "build", "--install", "--dist", str(out / "dist")])
+            step("build and install", [py, "-m", "lightning_xpu", "build", "--install", "--series", str(SERIES),
+                                       "--dist", str(out / "dist")])
         step("doctor", [py, "-m", "lightning_xpu", "doctor"], log=out / "doctor.txt")
         tree = out / "tree"
         if not tree.is_dir():
-            step("patched tree", [py, "-m", "lightning_xpu", "workspace", str(tree)])
+            step("patched tree", [py, "-m", "lightning_xpu", "workspace", "--series", str(SERIES), str(tree)])
         failures = []
         for root in roots:
             for standalone in (False, True):
