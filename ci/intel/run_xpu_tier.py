@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                                        "--dist", str(out / "dist")])
         step("doctor", [py, "-m", "lightning_xpu", "doctor"], log=out / "doctor.txt")
         tree = out / "tree"
-        if not tree.is_dir():
-            step("patched tree", [py, "-m", "lightning_xpu", "workspace", "--series", str(SERIES), str(tree)])
+        shutil.rmtree(tree, ignore_errors=True)  # never test a tree left from another series
+        step("patched tree", [py, "-m", "lightning_xpu", "workspace", "--series", str(SERIES), str(tree)])
         failures = []
         for root in roots:
             for standalone in (False, True):
