@@ -12,11 +12,10 @@ import argparse
 import os
 import sys
 
+import lightning as L
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-import lightning as L
 
 
 class Regressor(L.LightningModule):

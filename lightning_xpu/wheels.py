@@ -102,7 +102,7 @@ def build(series: Series, base: Base, dist: Path, cache: Path | None = None) -> 
         names = [sd.name for sd in base.sdists]
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             wheels = list(pool.map(lambda n: build_wheel(prepared.trees[n], dist), names))
-    for wheel, name in zip(wheels, names):
+    for wheel, name in zip(wheels, names, strict=True):
         expected = f"{WHEEL_PREFIX[name]}-{prepared.version}-"
         if not wheel.name.startswith(expected):
             raise ToolError(f"the {name} build produced {wheel.name}, expected a wheel named {expected}*")

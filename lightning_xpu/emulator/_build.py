@@ -84,7 +84,7 @@ def _compile_commands(cxx: str, workdir: Path, output: Path) -> tuple[list[list[
         *(f"-isystem{path}" for path in includes),
     ]
     objects = [workdir / (source.stem + ".o") for source in _SOURCES]
-    compiles = [[cxx, *cflags, "-c", str(src), "-o", str(obj)] for src, obj in zip(_SOURCES, objects)]
+    compiles = [[cxx, *cflags, "-c", str(src), "-o", str(obj)] for src, obj in zip(_SOURCES, objects, strict=True)]
     lib_dir = os.path.abspath(os.path.join(os.path.dirname(cpp_extension.__file__), os.pardir, "lib"))
     link = [cxx, "-shared", *map(str, objects), "-o", str(output), f"-L{lib_dir}"]
     link += ["-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]

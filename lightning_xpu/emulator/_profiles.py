@@ -97,5 +97,6 @@ def get_profile(key: str) -> Profile:
         return PROFILES[key]
     except KeyError:
         raise ValueError(
-            f"Unknown emulated XPU profile {key!r} (LIGHTNING_XPU_EMULATOR_DEVICE); choose one of {', '.join(PROFILES)}."
+            f"Unknown emulated XPU profile {key!r} (LIGHTNING_XPU_EMULATOR_DEVICE); "
+            f"choose one of {', '.join(PROFILES)}."
         ) from None

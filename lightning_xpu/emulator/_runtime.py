@@ -9,6 +9,7 @@ memory statistics, streams) runs on top of them.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -60,26 +61,52 @@ def enable(num_devices: int, profile_key: str) -> None:
                 f"torch {torch.__version__} is a real XPU build; the XPU emulator only runs on CPU builds of torch. "
                 "Unset LIGHTNING_XPU_EMULATOR to use the real devices."
             )
+        visible = _visible_devices(num_devices)
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
                 f"torch already uses the accelerator {torch._C._get_accelerator().type!r}; "
                 "the XPU emulator only runs on CPU builds of torch."
             )
-        ext.configure(num_devices, prof.total_memory, prof.has_fp64, prof.name)
+        ext.configure(visible, prof.total_memory, prof.has_fp64, prof.name)
         if torch._C._get_accelerator().type != "xpu":
             raise RuntimeError(
                 "torch looked up its XPU hooks before the emulator was loaded, so it cannot take effect in this "
                 "process. Set LIGHTNING_XPU_EMULATOR=N in the environment before starting Python (the startup hook "
                 "enables it right after `import torch`)."
             )
-        _install_torch_c(torch, ext, num_devices, prof)
-        _install_torch_xpu(torch, num_devices)
-        atexit.register(ext.stop_autograd_device_threads)
+        _install_torch_c(torch, ext, visible, prof)
+        _install_torch_xpu(torch, visible)
+        atexit.register(_stop_autograd_device_threads, ext, os.getpid())
         _state.update(native=ext, num_devices=num_devices, profile=prof)
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
+
+
+def _visible_devices(num_devices: int) -> int:
+    """How many of the emulated devices ZE_AFFINITY_MASK (FLAT notation, as Level Zero reads it) leaves visible."""
+    mask = os.environ.get("ZE_AFFINITY_MASK")
+    if mask is None:
+        return num_devices
+    try:
+        selected = {int(part) for part in mask.split(",") if part.strip()}
+    except ValueError:
+        raise ValueError(
+            f"ZE_AFFINITY_MASK={mask!r}: the XPU emulator understands the FLAT notation ('0,1') only."
+        ) from None
+    visible = len([i for i in selected if 0 <= i < num_devices])
+    if visible == 0:
+        raise ValueError(f"ZE_AFFINITY_MASK={mask!r} selects none of the {num_devices} emulated XPU devices.")
+    return visible
+
+
+def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:
+    if os.getpid() == pid:
+        ext.stop_autograd_device_threads()
+    else:
+        # A forked child has the engine's state but not its threads: torch's own shutdown would wait 10 s for them.
+        os.environ["TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT"] = "0"
 
 
 def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None:

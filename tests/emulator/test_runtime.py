@@ -107,7 +107,8 @@ def test_memory_stats_follow_allocations(run_emulated):
         peak_reset = torch.xpu.max_memory_allocated(0)
         y = torch.ones(3, device="xpu:1")                      # other device: not on xpu:0's books
         print(json.dumps([grown, after_free, peak >= 4 * 2**20, peak_reset < 4 * 2**20,
-                          s["allocated_bytes.large_pool.current"] >= 4 * 2**20, s["reserved_bytes.all.current"] >= grown,
+                          s["allocated_bytes.large_pool.current"] >= 4 * 2**20,
+                          s["reserved_bytes.all.current"] >= grown,
                           torch.xpu.memory_allocated(1), sorted(k for k in s if k.endswith("all.current"))[:3],
                           torch.xpu.mem_get_info(0)[1], torch.accelerator.memory_allocated(1)]))
         """
@@ -213,18 +214,22 @@ def test_mixed_devices_fail_like_the_real_runtime(run_emulated):
             except RuntimeError as e:
                 print(str(e).split("!")[0])
         print((a + torch.tensor(2.0)).device, torch.arange(4.0, device="xpu")[torch.tensor([1, 3])].tolist())
-        lin = torch.nn.Linear(2, 2)
-        try:
-            lin(a)
-        except RuntimeError as e:
-            print("linear:", "same device" in str(e))
+        for name, layer, x in (
+            ("linear", torch.nn.Linear(2, 2), a),
+            ("conv", torch.nn.Conv1d(1, 1, 1), a.view(1, 1, 2)),
+        ):
+            try:
+                layer(x)                          # parameters left on the CPU
+                print(name, "no error")
+            except RuntimeError as e:
+                print(name + ":", "same device" in str(e))
         """
     )
     lines = out.splitlines()
     assert lines[0].endswith("found at least two devices, xpu:0 and xpu:1")
     assert lines[1].endswith("found at least two devices, xpu:0 and cpu")
     assert lines[2] == "xpu:0 [1.0, 3.0]"
-    assert lines[3] == "linear: True"
+    assert lines[3:] == ["linear: True", "conv: True"]
 
 
 def test_counters(run_emulated):
@@ -312,3 +317,39 @@ def test_profiler_accepts_xpu_activity_and_pinned_memory_works(run_emulated):
         """
     )
     assert json.loads(out.strip().splitlines()[-1]) == [True, True, False, "xpu"]
+
+
+def test_forked_child_exits_promptly_after_backward(run_emulated):
+    out = run_emulated(
+        """
+        import os, sys, time, torch
+        x = torch.ones(2, device="xpu", requires_grad=True)
+        (x * 2).sum().backward()                  # starts autograd's xpu device threads
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)                           # a normal interpreter exit in the child
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), time.monotonic() - start)
+        """
+    )
+    code, seconds = out.split()
+    assert code == "0"
+    assert float(seconds) < 8  # torch's shutdown would otherwise wait 10 s for threads the child does not have
+
+
+def test_ze_affinity_mask_selects_devices(run_emulated):
+    out = run_emulated(
+        """
+        import os, subprocess, sys
+        for mask in ("1,3", "9"):
+            env = dict(os.environ, ZE_AFFINITY_MASK=mask)
+            code = "import torch; print(torch.xpu.device_count())"
+            p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            print(p.returncode, (p.stdout.strip() or p.stderr.strip().splitlines()[-1]))
+        """,
+        devices=4,
+    )
+    selected, none = out.splitlines()
+    assert selected == "0 2"
+    assert none.startswith("1 ValueError: ZE_AFFINITY_MASK='9' selects none of the 4 emulated XPU devices")

@@ -50,10 +50,24 @@ def materialize(tree: Path, dest: Path, standalone_roots: bool = False) -> list[
             if not target.exists():  # upstream's own file wins where the tree has one
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(support_file, target)
+        _add_package_markers(dest / suite)
     if standalone_roots:
         for path in dest.rglob("*.py"):
             path.write_text(rewrite_imports(path.read_text()))
     return suites
+
+
+def _add_package_markers(suite_dir: Path) -> None:
+    """Give every test folder an ``__init__.py``, as upstream's test tree has.
+
+    The series adds test files whose basenames repeat across folders and suites (``accelerators/test_xpu.py`` and
+    ``models/test_xpu.py``, ``tests_fabric/.../test_amp_xpu.py`` and ``tests_pytorch/.../test_amp_xpu.py``, like
+    upstream's ``test_gpu.py`` and ``test_amp.py``); pytest imports them as distinct modules only inside packages.
+    """
+    for folder in [suite_dir, *(p for p in suite_dir.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        marker = folder / "__init__.py"
+        if not marker.exists():
+            marker.touch()
 
 
 def _pytest(dest: Path, args: list[str], env: dict[str, str]) -> int:

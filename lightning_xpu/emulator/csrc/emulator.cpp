@@ -583,12 +583,28 @@ at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
   return out;
 }
 
+// The checks the fallback makes for every operator, for kernels that bypass it.
+void check_operands(const char* op, std::initializer_list<const at::Tensor*> tensors) {
+  check_not_bad_fork();
+  const at::Tensor* first = nullptr;
+  for (const auto* t : tensors) {
+    if (!t->defined()) continue;
+    if (first == nullptr) first = t;
+    TORCH_CHECK(t->device() == first->device(), "Expected all tensors to be on the same device, but found at least "
+                "two devices, ", first->device(), " and ", t->device(), "! (in ", op, ")");
+    TORCH_CHECK(config.has_fp64 || (t->scalar_type() != at::kDouble && t->scalar_type() != at::kComplexDouble),
+                "Required aspect fp64 is not supported on the device (", config.name, " has no native fp64; operator ",
+                op, ")");
+  }
+}
+
 // torch internals: at::_convolution sends devices other than CPU/CUDA to convolution_overrideable, which has no
 // CPU kernel for the fallback to run; compute it (and its backward) with the CPU convolution on host views.
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                                     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                     bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
-  check_not_bad_fork();
+  static const at::Tensor none;
+  check_operands("aten::convolution_overrideable", {&input, &weight, bias ? &*bias : &none});
   HostViews hv;
   std::optional<at::Tensor> b = bias && bias->defined() ? std::optional<at::Tensor>(hv.to_cpu(*bias)) : std::nullopt;
   auto out = at::convolution(hv.to_cpu(input), hv.to_cpu(weight), b, stride, padding, dilation, transposed,
@@ -600,7 +616,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
-  check_not_bad_fork();
+  check_operands("aten::convolution_backward_overrideable", {&grad_output, &input, &weight});
   HostViews hv;
   std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
   auto [gi, gw, gb] = at::convolution_backward(hv.to_cpu(grad_output), hv.to_cpu(input), hv.to_cpu(weight),

@@ -1,7 +1,6 @@
 """``RunIf`` for the series' Fabric tests, as upstream's ``tests_fabric.helpers.runif`` provides it."""
 
 import pytest
-
 from lightning.fabric.utilities.testing import _runif_reasons
 
 

@@ -1,7 +1,6 @@
 """``RunIf`` for the series' Trainer tests, as upstream's ``tests_pytorch.helpers.runif`` provides it."""
 
 import pytest
-
 from lightning.pytorch.utilities.testing import _runif_reasons
 
 
