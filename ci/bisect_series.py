@@ -18,6 +18,7 @@ Exit status: 0 when every prefix passes, 1 when a patch breaks, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # 
 
 RUNNER = REPO / "tests" / "series" / "run.py"
 SUITES = ("tests_fabric", "tests_pytorch")
+TEST_TIMEOUT = 300  # seconds per test: a hung test fails its prefix instead of stalling CI
 
 
 @dataclass
@@ -79,7 +81,8 @@ def series_test_files(tree: Path) -> list[str]:
 
 def run_tests(tree: Path, workers: int, pytest_args: list[str], junit: Path) -> tuple[int, list[Case], str]:
     """Run the mocked tier of the series' tests in ``tree``; return pytest's exit code, the cases and its output."""
-    args = ["-q", "-p", "no:randomly", f"--junitxml={junit}", *(["-n", str(workers)] if workers else []), *pytest_args]
+    args = ["-q", "-p", "no:randomly", f"--junitxml={junit}", *(["-n", str(workers)] if workers else []),
+            *(["--timeout", str(TEST_TIMEOUT)] if importlib.util.find_spec("pytest_timeout") else []), *pytest_args]
     env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
     proc = subprocess.run(
         [sys.executable, str(RUNNER), "--tree", str(tree), "--src", "--", *args],

@@ -29,13 +29,20 @@ def read_cases(path: Path) -> list[Case]:
         for child, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
             element = case.find(child)
             if element is not None:
-                outcome = name
-                message = (element.get("message") or element.text or "").strip().splitlines()[:1]
-                message = message[0] if message else ""
+                outcome, message = name, _first_line(element)
                 break
         classname, name = case.get("classname", ""), case.get("name", "")
         cases.append(Case(f"{classname}::{name}" if classname else name, outcome, message))
     return cases
+
+
+def _first_line(element: ET.Element) -> str:
+    """The error pytest reports (its first ``E`` line, e.g. ``fixture 'xpu_count_1' not found``), else the message."""
+    for line in (element.text or "").splitlines():
+        if line.startswith("E "):
+            return line[2:].strip()
+    lines = (element.get("message") or element.text or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def count(cases: list[Case]) -> Counter[str]:

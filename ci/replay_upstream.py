@@ -24,19 +24,22 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's tooling reads this checkout's series
 
+from ci.bisect_series import base_tree  # noqa: E402
 from ci.junit import Case, read_cases, summary  # noqa: E402
 from lightning_xpu._git import run_git  # noqa: E402
-from lightning_xpu.apply import describe_failure  # noqa: E402
+from lightning_xpu.apply import apply_to_tree, describe_failure  # noqa: E402
 from lightning_xpu.base import load_base  # noqa: E402
 from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
@@ -166,6 +169,35 @@ def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, 
     return cases
 
 
+def seed_series_blobs(clone: Path, series: Series, base: Path) -> None:
+    """Store in ``clone`` every file version the series' patches start from and produce.
+
+    ``git am -3`` merges with the preimage blob a patch names in its ``index`` lines. The series is made against the
+    sdist, so those blobs (the sdist's own files where they differ from git, and every intermediate state of the
+    series) are not in upstream's history; without them a patch that does not apply as is can only "conflict".
+    """
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-blobs-") as tmp:
+        work = Path(tmp)
+        for rel in series.files:
+            if (base / rel).is_file():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(base / rel, work / rel)
+        _hash_objects(clone, work, series.files)
+        for patch in series.patches:
+            try:
+                apply_to_tree(Series(series.directory, (patch,)), work)
+            except ToolError:
+                return  # the series does not apply to its own base: the bisect check reports that
+            _hash_objects(clone, work, patch.files)
+
+
+def _hash_objects(clone: Path, work: Path, files: tuple[str, ...]) -> None:
+    paths = [str(work / rel) for rel in files if (work / rel).is_file()]
+    if paths:
+        subprocess.run(["git", "hash-object", "-w", "--stdin-paths"], cwd=clone, input="\n".join(paths) + "\n",
+                       text=True, capture_output=True, check=True)
+
+
 def drop_missing_blobs(tree: Path) -> list[str]:
     """Remove from the index the files whose blobs the checkout lacks, so that ``git am`` can write trees.
 
@@ -199,13 +231,31 @@ def apply_patch(tree: Path, patch: Patch) -> PatchOutcome:
     kept (so the later patches are checked against it) and the conflict is reported as CHANGELOG-only.
     """
     outcome = _apply(tree, patch)
-    if outcome.result != "CONFLICT" or not any(f.endswith(CHANGELOG) for f in patch.files):
+    if outcome.result != "CONFLICT":
         return outcome
-    code = _apply(tree, patch, f"--exclude=*{CHANGELOG}")
-    if code.result == "CONFLICT":
-        return PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
-    return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
-                        f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+    options = []
+    if any(f.endswith(CHANGELOG) for f in patch.files):
+        options = [f"--exclude=*{CHANGELOG}"]
+        code = _apply(tree, patch, *options)
+        if code.result != "CONFLICT":
+            return PatchOutcome(patch.name, "CONFLICT", f"only in {CHANGELOG} ({outcome.detail}); the code applies "
+                                f"{code.result}" + (f", {code.detail}" if code.detail else ""), changelog_only=True)
+        outcome = PatchOutcome(patch.name, "CONFLICT", f"{code.detail}; {CHANGELOG} conflicts too")
+    outcome.detail += _keep_what_applies(tree, patch, *options)
+    return outcome
+
+
+def _keep_what_applies(tree: Path, patch: Patch, *options: str) -> str:
+    """Commit the hunks of a conflicting patch that do apply, so that the later patches are checked against them."""
+    git(["apply", "--reject", "--whitespace=nowarn", *options, str(patch.path)], tree, check=False)
+    rejected = sorted(str(p.relative_to(tree))[: -len(".rej")] for p in tree.rglob("*.rej"))
+    for path in rejected:
+        (tree / f"{path}.rej").unlink()
+    git(["add", "-A"], tree)
+    if git(["diff", "--cached", "--quiet"], tree, check=False).returncode != 0:
+        git(["commit", "--quiet", "--no-verify", "-m", f"replay: the hunks of {patch.name} that apply"], tree)
+        return f"; kept its other hunks, rejected: {', '.join(rejected)}"
+    return "; none of its hunks apply"
 
 
 def _apply(tree: Path, patch: Patch, *options: str) -> PatchOutcome:
@@ -326,10 +376,11 @@ def print_report(report: RefReport) -> None:
         tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
         print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
-    for line in report.series_failures[:20]:
-        print(f"       {line}")
-    if len(report.series_failures) > 20:
-        print(f"       ... and {len(report.series_failures) - 20} more")
+    reasons = Counter(line.split(": ", 1)[1] if ": " in line else line for line in report.series_failures)
+    for reason, n in reasons.most_common(15):
+        print(f"       {n} x {reason}")
+    if len(reasons) > 15:
+        print(f"       ... and {len(reasons) - 15} more reasons")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-tests", action="store_true", help="only report how the patches apply")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers; 0 runs in-process")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
+    parser.add_argument("--base-tree", type=Path, help="the unpacked base the series was made against "
+                        "(default: the pinned sdist, downloaded once)")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     ns = parser.parse_args(argv)
 
@@ -354,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         if git(["rev-parse", "--git-dir"], checkout, check=False).returncode != 0:
             raise ToolError(f"{checkout} is not a git checkout (from {ENV_VAR} or --checkout)")
         series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+        if ns.base_tree and not ns.base_tree.is_dir():
+            raise ToolError(f"--base-tree {ns.base_tree} is not a directory")
         refs = [(r, "") for r in ns.refs] if ns.refs else default_refs(checkout, load_base(series.directory).version)
         if not refs:
             raise ToolError(f"{checkout} has neither a release tag of the base nor master/main; pass --ref")
@@ -365,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
             git(["clone", "--quiet", "--shared", "--no-checkout", str(checkout), str(clone)], Path(tmp))
             # a sparse checkout skips docs and notebooks: faster, and robust to mirrors without large blobs
             git(["sparse-checkout", "set", *sorted(_sparse_dirs(series))], clone)
+            try:
+                base = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
+                seed_series_blobs(clone, series, base)
+            except ToolError as err:
+                print(f"replay: the series' own file versions are not available ({err}); a patch that needs a 3-way "
+                      "merge will show as a conflict", flush=True)
             for ref, note in refs:
                 reports.append(replay_ref(checkout, clone, ref, note, series, ns, Path(tmp)))
                 print_report(reports[-1])

@@ -9,7 +9,8 @@ Steps, each of which stops the run when it fails:
    ``no XPU visible``, before anything is built or installed.
 2. ``lightning-xpu build --install``: the patched ``lightning``, ``pytorch-lightning`` and ``lightning-fabric`` wheels,
    installed against the torch already there.
-3. ``lightning-xpu doctor``: the report of torch, devices, xccl and the installed Lightning (kept in ``doctor.txt``).
+3. ``lightning-xpu doctor``: the report of torch, devices, xccl and the installed Lightning (kept in ``doctor.txt``);
+   all three import roots must be the patched wheels of this checkout's series.
 4. ``lightning-xpu workspace``: a patched source tree, for the series' test files.
 5. The XPU tests (``RUN_ONLY_XPU_TESTS=1``: every test marked ``RunIf(min_xpu_gpus=N)``) against the installed wheels,
    under each import root (``lightning.*``, and ``lightning_fabric`` / ``pytorch_lightning``), then the standalone
@@ -21,7 +22,9 @@ Steps, each of which stops the run when it fails:
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -32,9 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from ci.junit import read_cases, summary  # noqa: E402
+from lightning_xpu.series import load_series  # noqa: E402
 
 RUNNER = REPO / "tests" / "series" / "run.py"
 CHECK = Path(__file__).resolve().parent / "check_xpu.py"
+SERIES = REPO / "patches"  # this checkout's series, whichever lightning_xpu is installed
 
 
 class StepFailed(Exception):
@@ -52,6 +57,20 @@ def step(title: str, cmd: list[str], env: dict[str, str] | None = None, log: Pat
     print(f"=== {title}: exit {proc.returncode} after {time.monotonic() - start:.0f}s", flush=True)
     if proc.returncode != 0:
         raise StepFailed(f"{title} failed (exit {proc.returncode})")
+
+
+def check_installed(expected: int) -> None:
+    """All three import roots must be the patched wheels of this series: never test an unpatched Lightning."""
+    proc = subprocess.run([sys.executable, "-m", "lightning_xpu", "doctor", "--json"], cwd=REPO,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StepFailed(f"`lightning-xpu doctor --json` failed: {proc.stderr.strip()}")
+    rows = json.loads(proc.stdout)["lightning"]
+    wrong = [f"{r['root']} ({r.get('version', 'not installed')})" for r in rows
+             if not r["installed"] or r.get("series_version") != expected]
+    if wrong:
+        raise StepFailed(f"the installed Lightning is not this series (xpu.{expected}): {', '.join(wrong)}")
+    print(f"=== installed: {', '.join(r['root'] + ' ' + r['version'] for r in rows)}", flush=True)
 
 
 def tier_env() -> dict[str, str]:
@@ -102,11 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         for stale in out.glob("junit-*.xml"):
             stale.unlink()
         if not ns.skip_build:
-            step("build and install", [py, "-m", "lightning_xpu", "build", "--install", "--dist", str(out / "dist")])
+            step("build and install", [py, "-m", "lightning_xpu", "build", "--install", "--series", str(SERIES),
+                                       "--dist", str(out / "dist")])
         step("doctor", [py, "-m", "lightning_xpu", "doctor"], log=out / "doctor.txt")
+        check_installed(len(load_series(SERIES).patches))
         tree = out / "tree"
-        if not tree.is_dir():
-            step("patched tree", [py, "-m", "lightning_xpu", "workspace", str(tree)])
+        shutil.rmtree(tree, ignore_errors=True)  # never test a tree left from another series
+        step("patched tree", [py, "-m", "lightning_xpu", "workspace", "--series", str(SERIES), str(tree)])
         failures = []
         for root in roots:
             for standalone in (False, True):

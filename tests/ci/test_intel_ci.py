@@ -1,5 +1,6 @@
 """The Intel CI scripts refuse to run without a real XPU and never pass by skipping everything."""
 
+import json
 import os
 import subprocess
 import sys
@@ -122,3 +123,22 @@ def test_workflow_runs_the_scripts_on_intel_runners_for_each_torch_channel():
     assert "ci/intel/run_xpu_tier.py" in runs
     for script in ("install_torch.sh", "run_xpu_tier.py", "check_xpu.py"):
         assert (INTEL / script).is_file()
+
+
+def test_the_tier_refuses_a_lightning_that_is_not_this_series(monkeypatch):
+    from ci.intel import run_xpu_tier
+
+    def doctor(version: str | None):
+        row = ({"installed": True, "version": version, "series_version": int(version.rsplit(".", 1)[1])}
+               if version else {"installed": False})
+        rows = [{"root": root, **row} for root in ("lightning", "pytorch_lightning", "lightning_fabric")]
+        out = json.dumps({"lightning": rows})
+        return lambda *args, **kwargs: subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(run_xpu_tier.subprocess, "run", doctor("2.6.6+xpu.3"))
+    run_xpu_tier.check_installed(3)
+    with pytest.raises(run_xpu_tier.StepFailed, match=r"not this series \(xpu.4\): lightning \(2.6.6\+xpu.3\)"):
+        run_xpu_tier.check_installed(4)
+    monkeypatch.setattr(run_xpu_tier.subprocess, "run", doctor(None))
+    with pytest.raises(run_xpu_tier.StepFailed, match="lightning_fabric \\(not installed\\)"):
+        run_xpu_tier.check_installed(3)

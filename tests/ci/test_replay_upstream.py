@@ -66,8 +66,10 @@ def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
                                           CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
     commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
     commit(workspace, "fabric: change sub", {"src/lightning/fabric/calc.py": calc(
-        l13="    return a * b + 1", l9="    return -(b - a)")})
-    return upstream, make_series(workspace, "HEAD~3", tmp_path / "patches")
+        l13="    return a * b + 1", l9="    return -(b - a)"), "src/lightning/fabric/sub.py": "from .calc import *\n"})
+    series = make_series(workspace, "HEAD~3", tmp_path / "patches")
+    git(workspace, "checkout", "-q", "HEAD~3")  # the workspace's base is the sdist the series was made against
+    return upstream, series
 
 
 def _replay(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -80,7 +82,7 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     before = git(upstream, "rev-parse", "HEAD")
     report = tmp_path / "report.json"
     proc = _replay("--checkout", str(upstream), "--series", str(series), "--ref", "1.0.0", "--ref", "main",
-                   "--workers", "0", "--json", str(report))
+                   "--workers", "0", "--json", str(report), "--base-tree", str(tmp_path / "workspace"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     tag, main = json.loads(report.read_text())
     assert [p["result"] for p in tag["patches"]] == ["clean", "clean", "clean"]
@@ -88,7 +90,8 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert main["patches"][0]["changelog_only"]
     assert main["patches"][0]["detail"] == (
         f"only in CHANGELOG.md (merge conflict in {CHANGELOG}); the code applies clean")
-    assert main["patches"][2]["detail"] == "merge conflict in src/lightning/fabric/calc.py"
+    assert main["patches"][2]["detail"] == ("merge conflict in src/lightning/fabric/calc.py; "
+                                            "kept its other hunks, rejected: src/lightning/fabric/calc.py")
     assert not main["patches"][2]["changelog_only"]
     for ref in (tag, main):
         # a suite root stands for its top-level files
@@ -102,10 +105,31 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert tag["changed"] == tag["regressions"] + tag["flaky"]  # patch 3's change to sub keeps its test passing
     assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
     assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
-    assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py" in proc.stdout
+    assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py;" in proc.stdout
     # the checkout itself is untouched
     assert git(upstream, "rev-parse", "HEAD") == before
     assert git(upstream, "status", "--porcelain") == ""
+
+
+def test_a_file_the_sdist_ships_differently_merges_with_the_base_blobs(tmp_path):
+    """The sdist's calc.py differs from the tag's (a backport); a patch next to that line needs a 3-way merge,
+    which only works with the sdist's file version, which upstream's history lacks."""
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {**SRC, "src/lightning/fabric/calc.py": calc()})
+    git(upstream, "tag", "1.0.0")
+    workspace = tmp_path / "workspace"
+    init_repo(workspace, {**SRC, "src/lightning/fabric/calc.py": calc(l16="def div(a, b):  # backported")})
+    commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(
+        l16="def div(a, b):  # backported", l13="    return a * b + 1")})
+    series = make_series(workspace, "HEAD~1", tmp_path / "patches")
+    git(workspace, "checkout", "-q", "HEAD~1")
+    args = ("--checkout", str(upstream), "--series", str(series), "--ref", "1.0.0", "--no-tests")
+    with_base = _replay(*args, "--base-tree", str(workspace))
+    assert "0001-fabric-change-mul.patch  3-way" in with_base.stdout, with_base.stdout + with_base.stderr
+    (tmp_path / "empty").mkdir()  # a base without the file: nothing to merge with
+    without = _replay(*args, "--base-tree", str(tmp_path / "empty"))
+    assert "0001-fabric-change-mul.patch  CONFLICT" in without.stdout, without.stdout + without.stderr
+    assert _replay(*args, "--base-tree", str(tmp_path / "absent")).returncode == 2
 
 
 def test_without_a_checkout_it_says_why_it_is_skipped(tmp_path):

@@ -40,11 +40,6 @@ def materialize(tree: Path, dest: Path, standalone_roots: bool = False) -> list[
     shutil.copy2(SUPPORT / "conftest.py", dest / "conftest.py")
     for suite in suites:
         shutil.copytree(tree / "tests" / suite, dest / suite)
-        # upstream's test directories are packages; the series cannot add their (existing) __init__.py files, and
-        # without them two test modules with one basename (tests_{fabric,pytorch}/accelerators/test_xpu.py) collide
-        for directory in [dest / suite, *(p for p in (dest / suite).rglob("*") if p.is_dir())]:
-            if directory.name != "__pycache__" and not (directory / "__init__.py").exists():
-                (directory / "__init__.py").touch()
         for support_file in (SUPPORT / suite).rglob("*.py"):
             target = dest / suite / support_file.relative_to(SUPPORT / suite)
             if not target.exists():  # upstream's own file wins where the tree has one
