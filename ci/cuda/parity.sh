@@ -5,22 +5,24 @@
 #
 # WHEEL_DIR holds the three patched wheels (`lightning-xpu build`); UPSTREAM_TESTS_DIR is upstream's `tests/` at the
 # release the series targets (it must not be committed here). The python on PATH must have torch with CUDA and the
-# released lightning==2.6.6. The patched wheels go into a venv layered on it (--system-site-packages), so the two
-# environments differ only in Lightning. Upstream's CUDA tests of the touched areas run in both (RUN_ONLY_CUDA_TESTS=1)
+# released lightning==2.6.6. The patched wheels go into a directory put first on PYTHONPATH, so the two environments
+# differ only in Lightning. Upstream's CUDA tests of the touched areas run in both (RUN_ONLY_CUDA_TESTS=1)
 # and then the mocked tests of the same files; each outcome is written as JUnit XML, compared by compare_junit.py.
 # Then benchmarks/bench_cuda_parity.py measures throughput, patched against unpatched, in one run.
 set -uo pipefail
 wheels=$(realpath "$1"); tests=$(realpath "$2"); out=$(realpath "$3"); here=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
-python3 -m venv --system-site-packages /tmp/patched
-/tmp/patched/bin/python -m pip install -q --no-deps --no-index --force-reinstall "$wheels"/*.whl
-for py in python3 /tmp/patched/bin/python; do "$py" -c "import lightning, torch; print(lightning.__version__, torch.__version__, torch.cuda.device_count())"; done
+site=/tmp/lightning-xpu-patched
+python3 -m pip install -q --no-deps --no-index --target "$site" "$wheels"/*.whl
+printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' "$site" > /tmp/patched-python
+chmod +x /tmp/patched-python
+for py in python3 /tmp/patched-python; do "$py" -c "import lightning, torch; print(lightning.__version__, torch.__version__, torch.cuda.device_count())"; done
 files="tests_fabric/accelerators tests_fabric/test_connector.py tests_fabric/plugins/precision tests_fabric/strategies/test_ddp.py
 tests_pytorch/accelerators tests_pytorch/trainer/connectors/test_accelerator_connector.py tests_pytorch/plugins/precision
 tests_pytorch/models/test_gpu.py tests_pytorch/models/test_amp.py tests_pytorch/strategies/test_ddp.py"
 cd "$tests"
 for env in unpatched patched; do
-    py=python3; [ "$env" = patched ] && py=/tmp/patched/bin/python
+    py=python3; [ "$env" = patched ] && py=/tmp/patched-python
     RUN_ONLY_CUDA_TESTS=1 timeout 240 "$py" -m pytest -q -p no:cacheprovider -x --timeout=120 $files --junitxml="$out/cuda-$env.xml" > "$out/cuda-$env.log" 2>&1
     echo "$env CUDA tests: $(tail -1 "$out/cuda-$env.log")"
     timeout 240 "$py" -m pytest -q -p no:cacheprovider -n 8 $files --junitxml="$out/mocked-$env.xml" > "$out/mocked-$env.log" 2>&1
@@ -28,4 +30,4 @@ for env in unpatched patched; do
 done
 python3 "$here/ci/cuda/compare_junit.py" "$out/cuda-unpatched.xml" "$out/cuda-patched.xml"
 python3 "$here/ci/cuda/compare_junit.py" "$out/mocked-unpatched.xml" "$out/mocked-patched.xml"
-python3 "$here/benchmarks/bench_cuda_parity.py" --unpatched python3 --patched /tmp/patched/bin/python --rounds 3 | tee "$out/throughput.txt"
+python3 "$here/benchmarks/bench_cuda_parity.py" --unpatched python3 --patched /tmp/patched-python --rounds 3 | tee "$out/throughput.txt"
