@@ -17,11 +17,10 @@ import time
 
 
 def worker(steps: int, warmup: int, width: int) -> dict:
+    import lightning as L
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
-
-    import lightning as L
 
     class Module(L.LightningModule):
         def __init__(self) -> None:
