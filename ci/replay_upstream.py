@@ -84,6 +84,7 @@ class RefReport:
     flaky: list[str] = field(default_factory=list)  # regressions that passed when run again alone
     series_tests: str = ""
     series_failures: list[str] = field(default_factory=list)
+    series_failure_reasons: dict[str, int] = field(default_factory=dict)  # error message -> how many tests
 
     @property
     def conflicts(self) -> int:
@@ -349,7 +350,9 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
         report.flaky = [line for line in report.changed if line.split(": ", 1)[0] in {c.id for c in regressed}
                         and line.split(": ", 1)[0] not in confirmed]
         report.series_tests = summary(added)
-        report.series_failures = [f"{c.id}: {c.message}" for c in added if c.outcome in ("failed", "error")]
+        broken = [c for c in added if c.outcome in ("failed", "error")]
+        report.series_failures = [f"{c.id}: {c.message}" for c in broken]
+        report.series_failure_reasons = dict(Counter(c.message for c in broken).most_common())
     return report
 
 
@@ -376,8 +379,8 @@ def print_report(report: RefReport) -> None:
         tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
         print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
-    reasons = Counter(line.split(": ", 1)[1] if ": " in line else line for line in report.series_failures)
-    for reason, n in reasons.most_common(15):
+    reasons = list(report.series_failure_reasons.items())
+    for reason, n in reasons[:15]:
         print(f"       {n} x {reason}")
     if len(reasons) > 15:
         print(f"       ... and {len(reasons) - 15} more reasons")

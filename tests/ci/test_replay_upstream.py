@@ -61,7 +61,8 @@ def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
     # importing the series' test leaves state behind that upstream's test_state trips over when run in one session
     test_neg = ("import pathlib\n\nfrom lightning.fabric.neg import neg\n\n"
                 "(pathlib.Path(__file__).parent / 'leftover').touch()\n\n\n"
-                "def test_neg():\n    assert neg(2) == -2\n")
+                "def test_neg():\n    assert neg(2) == -2\n\n\n"
+                "def test_neg_uses_a_fixture_upstream_lacks(xpu_count_1):\n    pass\n")
     commit(workspace, "fabric: add neg", {"src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
                                           CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
     commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
@@ -101,7 +102,9 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
         # fails after the series, passes when run again alone: reported, not counted as a regression
         assert ref["flaky"] == [
             "tests.tests_fabric.test_state::test_no_leftover_state: passed -> failed (assert not True)"]
-        assert ref["series_tests"] == "1 passed"  # test_neg, new with the series (kept on main without its CHANGELOG)
+        # new with the series (kept on main without its CHANGELOG)
+        assert ref["series_tests"] == "1 passed, 1 error"
+        assert ref["series_failure_reasons"] == {"fixture 'xpu_count_1' not found": 1}
     assert tag["changed"] == tag["regressions"] + tag["flaky"]  # patch 3's change to sub keeps its test passing
     assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
     assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
