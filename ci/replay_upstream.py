@@ -339,7 +339,12 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
     report.before = summary(before) if report.test_paths else "not run"
     for patch in series.patches:
         report.patches.append(apply_patch(clone, patch))
-    if report.test_paths:
+    code_conflicts = [p for p in report.patches if p.result == "CONFLICT" and not p.changelog_only]
+    if report.test_paths and code_conflicts:
+        # a half-applied patch (a call kept, its definition rejected) breaks tests the series does not break
+        report.after = (f"not run: {len(code_conflicts)} patch(es) conflict in code, so this tree is not the series; "
+                        "rebase them onto this ref first")
+    elif report.test_paths:
         # the series may add test files in directories upstream does not have yet
         paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
@@ -373,7 +378,9 @@ def print_report(report: RefReport) -> None:
         return
     print(f"   upstream tests in {', '.join(report.test_paths)}")
     print(f"     before the series: {report.before}")
-    print(f"     after the series:  {report.after}" + ("  (conflicting patches skipped)" if report.conflicts else ""))
+    print(f"     after the series:  {report.after}")
+    if report.after.startswith("not run"):
+        return
     print(f"     upstream tests whose outcome changed: {len(report.changed)}")
     for line in report.changed:
         tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
