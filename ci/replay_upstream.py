@@ -84,6 +84,7 @@ class RefReport:
     flaky: list[str] = field(default_factory=list)  # regressions that passed when run again alone
     series_tests: str = ""
     series_failures: list[str] = field(default_factory=list)
+    series_failure_reasons: dict[str, int] = field(default_factory=dict)  # error message -> how many tests
 
     @property
     def conflicts(self) -> int:
@@ -338,7 +339,12 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
     report.before = summary(before) if report.test_paths else "not run"
     for patch in series.patches:
         report.patches.append(apply_patch(clone, patch))
-    if report.test_paths:
+    code_conflicts = [p for p in report.patches if p.result == "CONFLICT" and not p.changelog_only]
+    if report.test_paths and code_conflicts:
+        # a half-applied patch (a call kept, its definition rejected) breaks tests the series does not break
+        report.after = (f"not run: {len(code_conflicts)} patch(es) conflict in code, so this tree is not the series; "
+                        "rebase them onto this ref first")
+    elif report.test_paths:
         # the series may add test files in directories upstream does not have yet
         paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
@@ -349,7 +355,9 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
         report.flaky = [line for line in report.changed if line.split(": ", 1)[0] in {c.id for c in regressed}
                         and line.split(": ", 1)[0] not in confirmed]
         report.series_tests = summary(added)
-        report.series_failures = [f"{c.id}: {c.message}" for c in added if c.outcome in ("failed", "error")]
+        broken = [c for c in added if c.outcome in ("failed", "error")]
+        report.series_failures = [f"{c.id}: {c.message}" for c in broken]
+        report.series_failure_reasons = dict(Counter(c.message for c in broken).most_common())
     return report
 
 
@@ -370,14 +378,16 @@ def print_report(report: RefReport) -> None:
         return
     print(f"   upstream tests in {', '.join(report.test_paths)}")
     print(f"     before the series: {report.before}")
-    print(f"     after the series:  {report.after}" + ("  (conflicting patches skipped)" if report.conflicts else ""))
+    print(f"     after the series:  {report.after}")
+    if report.after.startswith("not run"):
+        return
     print(f"     upstream tests whose outcome changed: {len(report.changed)}")
     for line in report.changed:
         tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
         print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
-    reasons = Counter(line.split(": ", 1)[1] if ": " in line else line for line in report.series_failures)
-    for reason, n in reasons.most_common(15):
+    reasons = list(report.series_failure_reasons.items())
+    for reason, n in reasons[:15]:
         print(f"       {n} x {reason}")
     if len(reasons) > 15:
         print(f"       ... and {len(reasons) - 15} more reasons")

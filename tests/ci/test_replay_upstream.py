@@ -61,7 +61,8 @@ def _upstream_and_series(tmp_path: Path) -> tuple[Path, Path]:
     # importing the series' test leaves state behind that upstream's test_state trips over when run in one session
     test_neg = ("import pathlib\n\nfrom lightning.fabric.neg import neg\n\n"
                 "(pathlib.Path(__file__).parent / 'leftover').touch()\n\n\n"
-                "def test_neg():\n    assert neg(2) == -2\n")
+                "def test_neg():\n    assert neg(2) == -2\n\n\n"
+                "def test_neg_uses_a_fixture_upstream_lacks(xpu_count_1):\n    pass\n")
     commit(workspace, "fabric: add neg", {"src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
                                           CHANGELOG: entry, "tests/tests_fabric/test_neg.py": test_neg})
     commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
@@ -93,17 +94,20 @@ def test_reports_clean_three_way_conflict_and_changed_tests(tmp_path):
     assert main["patches"][2]["detail"] == ("merge conflict in src/lightning/fabric/calc.py; "
                                             "kept its other hunks, rejected: src/lightning/fabric/calc.py")
     assert not main["patches"][2]["changelog_only"]
-    for ref in (tag, main):
-        # a suite root stands for its top-level files
-        assert ref["test_paths"] == ["tests_fabric/test_calc.py", "tests_fabric/test_state.py"]
-        assert ref["before"] == "5 passed"
-        assert ref["regressions"] == ["tests.tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
-        # fails after the series, passes when run again alone: reported, not counted as a regression
-        assert ref["flaky"] == [
-            "tests.tests_fabric.test_state::test_no_leftover_state: passed -> failed (assert not True)"]
-        assert ref["series_tests"] == "1 passed"  # test_neg, new with the series (kept on main without its CHANGELOG)
+    # on the tag every patch applies: upstream's tests are compared
+    assert tag["test_paths"] == ["tests_fabric/test_calc.py", "tests_fabric/test_state.py"]  # the suite's top level
+    assert tag["before"] == "5 passed"
+    assert tag["regressions"] == ["tests.tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
+    # fails after the series, passes when run again alone: reported, not counted as a regression
+    assert tag["flaky"] == ["tests.tests_fabric.test_state::test_no_leftover_state: passed -> failed (assert not True)"]
     assert tag["changed"] == tag["regressions"] + tag["flaky"]  # patch 3's change to sub keeps its test passing
-    assert "2 conflicting patch(es), 2 upstream test regression(s) over 2 ref(s)" in proc.stdout
+    assert tag["series_tests"] == "1 passed, 1 error"
+    assert tag["series_failure_reasons"] == {"fixture 'xpu_count_1' not found": 1}
+    # on main patch 3 conflicts in code: the tree is not the series, so its tests say nothing about the series
+    assert main["before"] == "5 passed"
+    assert main["after"].startswith("not run: 1 patch(es) conflict in code")
+    assert main["changed"] == main["regressions"] == []
+    assert "2 conflicting patch(es), 1 upstream test regression(s) over 2 ref(s)" in proc.stdout
     assert "patches: 0 clean, 1 3-way, 2 CONFLICT (1 of them only in CHANGELOG.md)" in proc.stdout
     assert "0003-fabric-change-sub.patch  CONFLICT  merge conflict in src/lightning/fabric/calc.py;" in proc.stdout
     # the checkout itself is untouched
