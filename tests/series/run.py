@@ -89,6 +89,9 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     if collected.returncode not in (0, 5):
         print(collected.stdout, collected.stderr, sep="\n")
         return collected.returncode
+    if not node_ids:  # a standalone tier that ran nothing has proven nothing
+        print("standalone: no standalone test was collected")
+        return 1
     failed = [node for i, node in enumerate(node_ids) if _pytest(dest, ["-q", *_per_node(args, i), node], env) != 0]
     print(f"standalone: {len(node_ids) - len(failed)} passed, {len(failed)} failed")
     for node in failed:
