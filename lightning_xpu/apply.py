@@ -153,8 +153,8 @@ def apply_to_git(series: Series, target: Path, *, check: bool = False) -> ApplyR
             if "hunk" not in message:
                 # git am -3 reports conflicts per file; a plain apply on the same state names the hunk.
                 message = _hunk_report(target, patch) or message
-            run_git(["am", "--abort"], target, check=False)
-            run_git(["reset", "--hard", "--quiet", head], target)
+            run_git(["am", "--abort"], target, env=env, check=False)
+            run_git(["reset", "--hard", "--quiet", head], target, env=env)
             applied = f" (after {index} patches applied cleanly)" if index else ""
             raise PatchFailed(f"{message}{applied}; {target} is back at {head[:12]}")
         if run_git(["rev-parse", "HEAD"], target).stdout.strip() == before:
