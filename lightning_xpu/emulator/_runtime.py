@@ -73,7 +73,8 @@ def enable(num_devices: int, profile_key: str) -> None:
         ext.configure(
             num_devices, prof.stacks_per_card, prof.total_memory, prof.has_fp64, not prof.integrated, asynchronous, prof.name
         )
-        if torch._C._get_accelerator().type != "xpu":
+        ext.register_functional_fallbacks()
+        if not ext.hooks_installed():
             raise RuntimeError(
                 "torch looked up its XPU hooks before the emulator was loaded, so it cannot take effect in this "
                 "process. Set LIGHTNING_XPU_EMULATOR=N in the environment before starting Python (the startup hook "

@@ -42,6 +42,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -1355,6 +1356,29 @@ TORCH_LIBRARY_IMPL(_, XPU, m) {
 // ---------------------------------------------------------------- Python bindings
 namespace xpu_emu {
 
+// torch internals: a structured operator's functional and in-place variants have a
+// CompositeExplicitAutogradNonFunctional kernel that allocates the output and calls the out= variant; the dispatcher
+// prefers it to a backend fallback. On the emulated XPU that sent e.g. mse_loss through mse_loss.out, whose CPU
+// kernel resizes a 0-dim output ("An output with one or more elements was resized ..."), where CPU and XPU builds
+// run the functional kernel. Registering the fallback for these variants runs the CPU functional kernel instead.
+void register_functional_fallbacks() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::XPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) || op->hasKernelForDispatchKey(c10::DispatchKey::XPU))
+      continue;
+    bool has_out = false;
+    for (const auto& a : op->schema().arguments()) has_out = has_out || a.is_out();
+    if (has_out) continue;
+    static auto& names = *new std::deque<std::string>();
+    names.push_back(name.overload_name.empty() ? name.name.substr(6) : name.name.substr(6) + "." + name.overload_name);
+    lib->impl(names.back().c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
+}
+
 at::Tensor host_view(const at::Tensor& t) {
   HostViews hv;  // the view keeps the device storage alive on its own
   return hv.to_cpu(t);
@@ -1409,6 +1433,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     config.async = async;
     config.name = std::move(name);
   });
+  m.def("register_functional_fallbacks", &register_functional_fallbacks);
+  // Whether torch's XPU hooks are this library's (without counting devices, which would enumerate them).
+  m.def("hooks_installed", []() { return dynamic_cast<const EmuXPUHooks*>(&at::detail::getXPUHooks()) != nullptr; });
   m.def("devices", []() {
     enumerate();
     py::list out;
