@@ -336,3 +336,23 @@ def test_forked_child_exits_promptly_after_backward(run_emulated):
     code, seconds = out.split()
     assert code == "0"
     assert float(seconds) < 8  # torch's shutdown would otherwise wait 10 s for threads the child does not have
+
+
+def test_structured_functional_ops_run_their_functional_kernel(run_emulated):
+    # mse_loss used to reach the CPU kernel as mse_loss.out, which resizes a 0-dim output (and warns); CPU and XPU
+    # builds run the functional kernel
+    out = run_emulated(
+        """
+        import warnings, torch
+        warnings.simplefilter("error")
+        x = torch.randn(4, 1, device="xpu", requires_grad=True)
+        y = torch.randn(4, 1, device="xpu")
+        with torch.autocast("xpu", dtype=torch.bfloat16):
+            loss = torch.nn.functional.mse_loss(x, y) + torch.nn.functional.mse_loss(x.bfloat16(), y)
+        loss.backward()
+        a = torch.ones(3, device="xpu")
+        a.add_(torch.ones(3, device="xpu"))
+        print(loss.dtype, loss.shape, x.grad.shape, a.tolist())
+        """
+    )
+    assert out.strip() == "torch.float32 torch.Size([]) torch.Size([4, 1]) [2.0, 2.0, 2.0]"
