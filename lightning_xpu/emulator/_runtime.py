@@ -71,7 +71,13 @@ def enable(num_devices: int, profile_key: str) -> None:
             )
         asynchronous = os.environ.get(ENV_SYNC, "").strip() in ("", "0")
         ext.configure(
-            num_devices, prof.stacks_per_card, prof.total_memory, prof.has_fp64, not prof.integrated, asynchronous, prof.name
+            num_devices,
+            prof.stacks_per_card,
+            prof.total_memory,
+            prof.has_fp64,
+            not prof.integrated,  # the free-memory query (mem_get_info)
+            asynchronous,
+            prof.name,
         )
         ext.register_functional_fallbacks()
         if not ext.hooks_installed():
@@ -128,6 +134,9 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
     def memory_snapshot(mempool_id: Any = None) -> dict[str, Any]:
         raise NotImplementedError("memory snapshots are not emulated (the allocator model keeps no traces)")
 
+    def can_access_peer(device: int, peer: int) -> bool:
+        return all(0 <= index(d) < ext.device_count() for d in (device, peer))
+
     def stream_from_external(data_ptr: int, device: int) -> Any:
         raise NotImplementedError("external SYCL queues do not exist on the emulated XPU")
 
@@ -154,7 +163,7 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
         "_xpu_getMemoryInfo": lambda device: ext.mem_get_info(device),
         "_xpu_getMemoryFraction": lambda device: ext.get_memory_fraction(device),
         "_xpu_setMemoryFraction": lambda fraction, device: ext.set_memory_fraction(fraction, device),
-        "_xpu_canDeviceAccessPeer": lambda device, peer: all(0 <= index(d) < ext.device_count() for d in (device, peer)),
+        "_xpu_canDeviceAccessPeer": can_access_peer,
         "_xpu_getStreamFromExternal": stream_from_external,
         "_xpu_memorySnapshot": memory_snapshot,
     }

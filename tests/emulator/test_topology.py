@@ -24,7 +24,10 @@ print(json.dumps([n] + [[p.total_memory // 2**30, p.memory_bus_width, p.last_lev
         ({"ZE_FLAT_DEVICE_HIERARCHY": "COMBINED"}, [4] + [[64, 4096, 204, 512]] * 4),
         ({"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE"}, [2] + [[128, 8192, 408, 1024]] * 2),  # a card is a device
         ({"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ZE_AFFINITY_MASK": "0.1"}, [1, [64, 4096, 204, 512]]),
-        ({"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ZE_AFFINITY_MASK": "1,0.1"}, [2, [64, 4096, 204, 512], [128, 8192, 408, 1024]]),
+        (
+            {"ZE_FLAT_DEVICE_HIERARCHY": "COMPOSITE", "ZE_AFFINITY_MASK": "1,0.1"},
+            [2, [64, 4096, 204, 512], [128, 8192, 408, 1024]],
+        ),
         ({"ZE_AFFINITY_MASK": "1,3"}, [2] + [[64, 4096, 204, 512]] * 2),
         ({"ZE_AFFINITY_MASK": "9"}, [0]),  # selects nothing: no device, as on Level Zero
     ],
