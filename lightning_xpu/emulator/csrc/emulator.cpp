@@ -229,7 +229,7 @@ thread_local std::array<c10::StreamId, kMaxDevices> tl_stream{};
 
 c10::StreamId current_stream_id(c10::DeviceIndex d) { return tl_stream[d]; }
 
-// Enqueues one unit of work on (d, s); returns its position.
+// Enqueues one unit of work on (d, s) (every operator, copy and collective does); returns its position.
 uint64_t enqueue(c10::DeviceIndex d, c10::StreamId s) {
   if (!config.async) return 0;
   std::lock_guard<std::recursive_mutex> g(queue_mu);
@@ -1356,7 +1356,7 @@ TORCH_LIBRARY_IMPL(_, XPU, m) {
 // ---------------------------------------------------------------- Python bindings
 namespace xpu_emu {
 
-// torch internals: a structured operator's functional and in-place variants have a
+// torch internals (the dispatcher's kernel precedence): a structured operator's functional and in-place variants have a
 // CompositeExplicitAutogradNonFunctional kernel that allocates the output and calls the out= variant; the dispatcher
 // prefers it to a backend fallback. On the emulated XPU that sent e.g. mse_loss through mse_loss.out, whose CPU
 // kernel resizes a 0-dim output ("An output with one or more elements was resized ..."), where CPU and XPU builds
@@ -1434,7 +1434,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     config.name = std::move(name);
   });
   m.def("register_functional_fallbacks", &register_functional_fallbacks);
-  // Whether torch's XPU hooks are this library's (without counting devices, which would enumerate them).
+  // torch internals: whether at::detail::getXPUHooks() is this library's (without counting devices, which would
+  // enumerate them and fix ZE_AFFINITY_MASK before the runtime is initialised).
   m.def("hooks_installed", []() { return dynamic_cast<const EmuXPUHooks*>(&at::detail::getXPUHooks()) != nullptr; });
   m.def("devices", []() {
     enumerate();
