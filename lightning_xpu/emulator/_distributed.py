@@ -1,13 +1,20 @@
 """The "xccl" and legacy "ccl" process-group backends on emulated XPUs (gloo on host views, see csrc/xccl.cpp).
 
 ``dist.is_xccl_available()`` becomes true and ``init_process_group("xccl")`` builds this backend where an XPU build
-of torch builds ``ProcessGroupXCCL``; ``"ccl"`` is registered the way ``oneccl_bindings_for_pytorch`` does it.
-Each process owns one emulated device (``torch.xpu.set_device(local_rank)``), exactly as on real hardware.
+of torch builds ``ProcessGroupXCCL``. ``"ccl"`` exists, as on an XPU machine, only once
+``import oneccl_bindings_for_pytorch`` registered it: with ``LIGHTNING_XPU_EMULATOR_ONECCL=1`` the emulator provides
+that module (registering ``"ccl"`` on import, nothing else); without it the import fails as where the bindings are not
+installed. Each process owns one emulated device (``torch.xpu.set_device(local_rank)``), exactly as on real hardware.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from types import ModuleType
 from typing import Any
 
 from lightning_xpu.emulator import _runtime
@@ -48,6 +55,32 @@ def install() -> None:
         options._timeout = timeout
         return ProcessGroupXCCL(store, rank, size, options)
 
-    if "CCL" not in dist.Backend._plugins:
-        # as oneccl_bindings_for_pytorch registers it
-        dist.Backend.register_backend("ccl", create_ccl, devices=["xpu"])
+    def register_ccl() -> None:
+        if "CCL" not in dist.Backend._plugins:  # as oneccl_bindings_for_pytorch registers it
+            dist.Backend.register_backend("ccl", create_ccl, devices=["xpu"])
+
+    if os.environ.get(ENV_ONECCL, "").strip() not in ("", "0"):
+        sys.meta_path.insert(0, _OneCclBindingsFinder(register_ccl))
+
+
+ENV_ONECCL = "LIGHTNING_XPU_EMULATOR_ONECCL"
+ONECCL_MODULE = "oneccl_bindings_for_pytorch"
+
+
+class _OneCclBindingsFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Provides an emulated ``oneccl_bindings_for_pytorch`` whose import registers the ``"ccl"`` backend."""
+
+    def __init__(self, register: Any) -> None:
+        self._register = register
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != ONECCL_MODULE:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin="lightning_xpu.emulator (emulated)")
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__version__ = "emulated"
+        self._register()

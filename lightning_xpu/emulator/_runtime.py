@@ -17,6 +17,8 @@ from typing import Any
 from lightning_xpu.emulator import _build
 from lightning_xpu.emulator._profiles import EmulatedDeviceProperties, Profile, get_profile
 
+ENV_SYNC = "LIGHTNING_XPU_EMULATOR_SYNC"
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
@@ -61,44 +63,36 @@ def enable(num_devices: int, profile_key: str) -> None:
                 f"torch {torch.__version__} is a real XPU build; the XPU emulator only runs on CPU builds of torch. "
                 "Unset LIGHTNING_XPU_EMULATOR to use the real devices."
             )
-        visible = _visible_devices(num_devices)
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
                 f"torch already uses the accelerator {torch._C._get_accelerator().type!r}; "
                 "the XPU emulator only runs on CPU builds of torch."
             )
-        ext.configure(visible, prof.total_memory, prof.has_fp64, prof.name)
-        if torch._C._get_accelerator().type != "xpu":
+        asynchronous = os.environ.get(ENV_SYNC, "").strip() in ("", "0")
+        ext.configure(
+            num_devices,
+            prof.stacks_per_card,
+            prof.total_memory,
+            prof.has_fp64,
+            not prof.integrated,  # the free-memory query (mem_get_info)
+            asynchronous,
+            prof.name,
+        )
+        ext.register_functional_fallbacks()
+        if not ext.hooks_installed():
             raise RuntimeError(
                 "torch looked up its XPU hooks before the emulator was loaded, so it cannot take effect in this "
                 "process. Set LIGHTNING_XPU_EMULATOR=N in the environment before starting Python (the startup hook "
                 "enables it right after `import torch`)."
             )
-        _install_torch_c(torch, ext, visible, prof)
-        _install_torch_xpu(torch, visible)
+        _install_torch_c(torch, ext, prof)
+        _install_torch_xpu(torch, num_devices, prof)
         atexit.register(_stop_autograd_device_threads, ext, os.getpid())
         _state.update(native=ext, num_devices=num_devices, profile=prof)
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
-
-
-def _visible_devices(num_devices: int) -> int:
-    """How many of the emulated devices ZE_AFFINITY_MASK (FLAT notation, as Level Zero reads it) leaves visible."""
-    mask = os.environ.get("ZE_AFFINITY_MASK")
-    if mask is None:
-        return num_devices
-    try:
-        selected = {int(part) for part in mask.split(",") if part.strip()}
-    except ValueError:
-        raise ValueError(
-            f"ZE_AFFINITY_MASK={mask!r}: the XPU emulator understands the FLAT notation ('0,1') only."
-        ) from None
-    visible = len([i for i in selected if 0 <= i < num_devices])
-    if visible == 0:
-        raise ValueError(f"ZE_AFFINITY_MASK={mask!r} selects none of the {num_devices} emulated XPU devices.")
-    return visible
 
 
 def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:
@@ -109,9 +103,9 @@ def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:
         os.environ["TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT"] = "0"
 
 
-def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None:
+def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
     """The ``torch._C`` functions of an XPU build (torch/csrc/xpu/Module.cpp), backed by the native module."""
-    props = [EmulatedDeviceProperties(prof, i) for i in range(n)]
+    props: list[EmulatedDeviceProperties] = []
 
     def index(device: int) -> int:
         return ext.get_device() if device < 0 else device
@@ -120,6 +114,11 @@ def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None
         ext.init()
         xpu = torch.xpu
         xpu.default_generators = ext.default_generators()
+
+        if not props:  # the devices the runtime enumerated (ZE_FLAT_DEVICE_HIERARCHY, ZE_AFFINITY_MASK)
+            for card, stack, total in ext.devices():
+                props.append(EmulatedDeviceProperties(prof, card, None if stack < 0 else stack, total))
+        n = len(props)
 
         def _get_device_properties(device: int) -> EmulatedDeviceProperties:
             device = index(device)
@@ -133,7 +132,10 @@ def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None
         ext.set_stream(stream_id, device_index, device_type)
 
     def memory_snapshot(mempool_id: Any = None) -> dict[str, Any]:
-        raise NotImplementedError("memory snapshots are not emulated (the emulator has no caching allocator)")
+        raise NotImplementedError("memory snapshots are not emulated (the allocator model keeps no traces)")
+
+    def can_access_peer(device: int, peer: int) -> bool:
+        return all(0 <= index(d) < ext.device_count() for d in (device, peer))
 
     def stream_from_external(data_ptr: int, device: int) -> Any:
         raise NotImplementedError("external SYCL queues do not exist on the emulated XPU")
@@ -154,14 +156,14 @@ def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None
         "_xpu_setStream": set_stream,
         "_xpu_synchronize": lambda device: ext.synchronize(device),
         "_xpu_getArchFlags": lambda: None,
-        "_xpu_emptyCache": lambda: None,
+        "_xpu_emptyCache": ext.empty_cache,
         "_xpu_memoryStats": lambda device: ext.memory_stats(index(device)),
         "_xpu_resetPeakMemoryStats": lambda device: ext.reset_peak_memory_stats(device),
         "_xpu_resetAccumulatedMemoryStats": lambda device: ext.reset_accumulated_memory_stats(device),
         "_xpu_getMemoryInfo": lambda device: ext.mem_get_info(device),
         "_xpu_getMemoryFraction": lambda device: ext.get_memory_fraction(device),
         "_xpu_setMemoryFraction": lambda fraction, device: ext.set_memory_fraction(fraction, device),
-        "_xpu_canDeviceAccessPeer": lambda device, peer: 0 <= index(device) < n and 0 <= index(peer) < n,
+        "_xpu_canDeviceAccessPeer": can_access_peer,
         "_xpu_getStreamFromExternal": stream_from_external,
         "_xpu_memorySnapshot": memory_snapshot,
     }
@@ -169,7 +171,7 @@ def _install_torch_c(torch: Any, ext: ModuleType, n: int, prof: Profile) -> None
         setattr(c, name, fn)
 
 
-def _install_torch_xpu(torch: Any, n: int) -> None:
+def _install_torch_xpu(torch: Any, stacks: int, prof: Profile) -> None:
     """Rebind what ``torch.xpu`` captured at import time from the CPU build."""
     import torch.xpu.random
     import torch.xpu.streams
@@ -184,7 +186,17 @@ def _install_torch_xpu(torch: Any, n: int) -> None:
     xpu._is_in_bad_fork = c._xpu_isInBadFork
     # Emulate the torch 2.13 Level Zero Sysman count (pyzes): counting devices does not initialise them, so
     # is_available() and device_count() stay fork-safe; initialisation (set_device, tensors) poisons fork.
-    xpu._device_count_zes = lambda: n
+    # torch's own parser reads ZE_AFFINITY_MASK at every call; a COMPOSITE mask ("0.1") makes it fall back to the
+    # runtime's count, which enumerates the devices once and for all, as an XPU build does.
+    def device_count_zes() -> int:
+        visible = set(xpu._parse_visible_devices())
+        if not visible:
+            return -1
+        tiled = prof.stacks_per_card > 1 and os.environ.get("ZE_FLAT_DEVICE_HIERARCHY") != "COMPOSITE"
+        slots = stacks if tiled or prof.stacks_per_card == 1 else -(-stacks // prof.stacks_per_card)
+        return len(visible.intersection(range(slots)))
+
+    xpu._device_count_zes = device_count_zes
     Stream, Event = make_stream_classes(torch)
     for module in (xpu, torch.xpu.streams):
         module.Stream = Stream

@@ -1,8 +1,9 @@
 """``torch.xpu.Stream`` / ``torch.xpu.Event`` for the emulated devices.
 
 A CPU build defines them over dummy base classes; these derive from the generic ``torch.Stream`` /
-``torch.Event``, which work through the emulator's device guard. Work runs synchronously on the host, so every
-stream is always idle and events carry host timestamps (``elapsed_time`` measures host time).
+``torch.Event``, which work through the emulator's device guard: queries, synchronisation and waits follow the
+asynchronous device model of csrc/emulator.cpp, and events carry host timestamps (``elapsed_time`` measures host
+time between completed events).
 """
 
 from __future__ import annotations

@@ -37,8 +37,15 @@ def emulator_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_emulated(emulator_site: Path, tmp_path: Path):
     """Run ``code`` in a new interpreter with N emulated devices; return its stdout (fails the test on error)."""
 
-    def run(code: str, devices: int | None = 2, profile: str | None = None, timeout: float = 180) -> str:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LIGHTNING_XPU_EMULATOR")}
+    def run(
+        code: str,
+        devices: int | None = 2,
+        profile: str | None = None,
+        timeout: float = 180,
+        env: dict[str, str] | None = None,
+    ) -> str:
+        extra = env or {}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LIGHTNING_XPU_EMULATOR", "ZE_"))}
         if "LIGHTNING_XPU_EMULATOR_CACHE" in os.environ:
             env["LIGHTNING_XPU_EMULATOR_CACHE"] = os.environ["LIGHTNING_XPU_EMULATOR_CACHE"]
         env["PYTHONPATH"] = os.pathsep.join([str(emulator_site), str(REPO_ROOT), env.get("PYTHONPATH", "")])
@@ -47,6 +54,7 @@ def run_emulated(emulator_site: Path, tmp_path: Path):
             env["LIGHTNING_XPU_EMULATOR"] = str(devices)
         if profile is not None:
             env["LIGHTNING_XPU_EMULATOR_DEVICE"] = profile
+        env.update(extra)
         script = tmp_path / "body.py"
         script.write_text(textwrap.dedent(code))
         proc = subprocess.run(

@@ -11,6 +11,8 @@ import json, os, socket, sys, torch, torch.distributed as dist
 import torch.multiprocessing as mp
 
 def worker(rank, backend, port, queue):
+    if backend == "ccl":
+        import oneccl_bindings_for_pytorch  # registers "ccl", as on an XPU machine
     torch.xpu.set_device(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=2, device_id=torch.device("xpu", rank))
@@ -63,7 +65,8 @@ def test_collectives_across_two_processes(run_emulated, backend, tmp_path):
     script = tmp_path / "collectives.py"
     script.write_text(_COLLECTIVES)
     out = run_emulated(
-        f"import runpy, sys; sys.argv = ['x', {backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"
+        f"import runpy, sys; sys.argv = ['x', {backend!r}]; runpy.run_path({str(script)!r}, run_name='__main__')",
+        env={"LIGHTNING_XPU_EMULATOR_ONECCL": "1"},
     )
     available, r0, r1 = json.loads(out.strip().splitlines()[-1])
     assert available is True
@@ -223,3 +226,95 @@ def test_fsdp1_fsdp2_device_mesh_and_sharded_checkpoints(run_emulated, tmp_path)
         "fsdp1": [True, True],
         "dcp": [True, True],
     }
+
+
+_STRICT_XCCL = """
+import json, os, socket, sys, warnings, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2)
+    r = {}
+    t = torch.full((2,), float(rank + 1), device="xpu")
+    work = dist.all_reduce(t, async_op=True)
+    r["before_wait"] = [t.tolist(), work.is_completed()]
+    work.wait()
+    r["after_wait"] = [t.tolist(), work.is_completed()]
+    u = torch.full((2,), float(rank + 1), device="xpu")
+    work = dist.all_reduce(u, async_op=True)
+    torch.xpu.synchronize()
+    r["after_synchronize"] = [u.tolist(), work.is_completed()]
+    g = torch.empty(4, device="xpu")
+    work = dist.all_gather_into_tensor(g, torch.full((2,), float(rank), device="xpu"), async_op=True)
+    r["gather_early_is_old_memory"] = not torch.equal(g.cpu(), torch.tensor([0.0, 0.0, 1.0, 1.0]))
+    work.wait()
+    r["gather"] = g.tolist()
+    errors = []
+    for call in (
+        lambda: dist.all_reduce(torch.ones(1, device="xpu"), op=dist.ReduceOp.BAND),
+        lambda: dist.all_reduce(torch.ones(1, device="xpu"), op=dist._make_nccl_premul_sum(2.0)),
+        lambda: dist.all_reduce(torch.ones(1, dtype=torch.int16, device="xpu")),
+        lambda: dist.all_reduce(torch.ones(1, dtype=torch.bool, device="xpu"), op=dist.ReduceOp.AVG),
+    ):
+        try:
+            call()
+            errors.append("accepted")
+        except Exception as e:
+            errors.append([type(e).__name__, str(e).splitlines()[0]])
+    r["errors"] = errors
+    dist.barrier()                                      # the rank's own device: fine
+    try:
+        dist.barrier(device_ids=[1 - rank])             # another rank's device
+        r["foreign_barrier"] = "accepted"
+    except Exception as e:
+        r["foreign_barrier"] = type(e).__name__
+    dist.destroy_process_group()
+    queue.put((rank, r))
+
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue), nprocs=2)
+    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
+"""
+
+
+def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_emulated, tmp_path):
+    script = tmp_path / "strict.py"
+    script.write_text(_STRICT_XCCL)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
+        assert r["before_wait"] == [[float(rank + 1)] * 2, False]
+        assert r["after_wait"] == [[3.0, 3.0], True]
+        assert r["after_synchronize"] == [[3.0, 3.0], True]
+        assert r["gather_early_is_old_memory"] is True
+        assert r["gather"] == [0.0, 0.0, 1.0, 1.0]
+        assert r["errors"] == [
+            ["ValueError", "Cannot use ReduceOp.BAND with XCCL"],
+            ["ValueError", "Cannot use ReduceOp.PREMUL_SUM with XCCL"],
+            ["TypeError", "Input tensor data type is not supported for XCCL process group: Short"],
+            ["TypeError", "Cannot use ReduceOp.AVG with boolean inputs"],
+        ]
+        assert r["foreign_barrier"] == "DistBackendError"
+
+
+@pytest.mark.parametrize("bindings", [False, True])
+def test_ccl_exists_only_after_importing_the_oneccl_bindings(run_emulated, bindings):
+    out = run_emulated(
+        """
+        import json, torch, torch.distributed as dist
+        before = "CCL" in dist.Backend._plugins
+        try:
+            import oneccl_bindings_for_pytorch
+            imported = True
+        except ImportError:
+            imported = False
+        print(json.dumps([before, imported, "CCL" in dist.Backend._plugins]))
+        """,
+        env={"LIGHTNING_XPU_EMULATOR_ONECCL": "1"} if bindings else None,
+    )
+    assert json.loads(out) == [False, bindings, bindings]

@@ -42,9 +42,14 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -54,19 +59,33 @@ namespace xpu_emu {
 
 constexpr c10::DeviceType kXPU = c10::DeviceType::XPU;
 constexpr int kMaxDevices = 64;
-constexpr size_t kMinBlock = 512;            // the caching allocator's rounding
-constexpr size_t kSmallSize = 1 << 20;       // small_pool vs large_pool boundary
 
-// ---------------------------------------------------------------- configuration
+// ---------------------------------------------------------------- configuration and topology
+// The emulated machine: `num_stacks` stacks (Level Zero sub-devices) on cards of `stacks_per_card` stacks each.
+// Which of them become torch devices depends on ZE_FLAT_DEVICE_HIERARCHY and ZE_AFFINITY_MASK, read when the
+// runtime first enumerates its devices (the first device count, device use or init), as the SYCL runtime does.
+struct DeviceInfo {
+  int card;
+  int stack;  // -1: the whole card (a COMPOSITE root device, or a card of one stack)
+  int64_t total_memory;
+};
+
 struct Config {
-  int num_devices = 0;
-  int64_t total_memory = 0;
+  int num_stacks = 0;
+  int stacks_per_card = 1;
+  int64_t stack_memory = 0;
   bool has_fp64 = true;
+  bool free_memory_query = true;  // sycl::aspect::ext_intel_free_memory (integrated GPUs lack it)
+  bool async = true;              // false: LIGHTNING_XPU_EMULATOR_SYNC=1
   std::string name;
+  std::atomic<bool> enumerated{false};
+  std::vector<DeviceInfo> devices;
+  int num_devices = 0;
 };
 // Process-lifetime objects are leaked on purpose: torch's own static destructors (the autograd engine's device
 // threads, tensors freed during interpreter shutdown) may still call into them after this library's statics die.
 Config& config = *new Config();
+std::mutex& enumerate_mu = *new std::mutex();
 std::array<double, kMaxDevices> memory_fraction{};  // 0 = unset
 
 struct Counters {
@@ -75,6 +94,91 @@ struct Counters {
 };
 Counters counters;
 std::atomic<bool> initialized{false};
+
+void make_default_generators(int n);  // below
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::vector<DeviceInfo> enumerate_devices() {
+  auto hierarchy = env("ZE_FLAT_DEVICE_HIERARCHY");
+  if (hierarchy.empty()) hierarchy = "FLAT";
+  TORCH_CHECK_VALUE(hierarchy == "FLAT" || hierarchy == "COMPOSITE" || hierarchy == "COMBINED",
+                    "ZE_FLAT_DEVICE_HIERARCHY=", hierarchy, ": expected FLAT, COMPOSITE or COMBINED");
+  const int spc = config.stacks_per_card;
+  const bool composite = hierarchy == "COMPOSITE" && spc > 1;
+  TORCH_CHECK_VALUE(!composite || config.num_stacks % spc == 0, "ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE needs whole cards: "
+                    "LIGHTNING_XPU_EMULATOR counts stacks (FLAT devices), ", spc, " per card, got ", config.num_stacks);
+  std::vector<DeviceInfo> roots;  // the root devices before the mask, in Level Zero order
+  if (composite) {
+    for (int c = 0; c < config.num_stacks / spc; ++c) roots.push_back({c, -1, spc * config.stack_memory});
+  } else {
+    for (int s = 0; s < config.num_stacks; ++s)
+      roots.push_back({s / spc, spc > 1 ? s % spc : -1, config.stack_memory});
+  }
+  auto mask = std::getenv("ZE_AFFINITY_MASK");
+  if (mask == nullptr) return roots;
+  // FLAT / COMBINED: "i" is the i-th root device. COMPOSITE: "c" is card c, "c.s" its stack s as a root device.
+  // Entries that name nothing are ignored, as Level Zero ignores them; a mask that selects nothing leaves none.
+  std::vector<DeviceInfo> picked;
+  std::stringstream ss(mask);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto dot = item.find('.');
+    char* end = nullptr;
+    long first = std::strtol(item.c_str(), &end, 10);
+    bool ok = end != item.c_str() && (dot == std::string::npos ? *end == '\0' : end == item.c_str() + dot);
+    long second = -1;
+    if (ok && dot != std::string::npos) {
+      const char* s2 = item.c_str() + dot + 1;
+      second = std::strtol(s2, &end, 10);
+      ok = end != s2 && *end == '\0';
+    }
+    TORCH_CHECK_VALUE(ok && first >= 0, "ZE_AFFINITY_MASK='", mask, "': '", item, "' is not a device ('0') or a "
+                      "stack of a device ('0.1')");
+    DeviceInfo d{-2, -2, 0};
+    if (second < 0) {
+      if (first < static_cast<long>(roots.size())) d = roots[first];
+    } else {
+      TORCH_CHECK_VALUE(hierarchy == "COMPOSITE", "ZE_AFFINITY_MASK='", mask, "' uses COMPOSITE notation, but "
+                        "ZE_FLAT_DEVICE_HIERARCHY is ", hierarchy, ": name devices by their FLAT index ('0,1')");
+      if (first < (config.num_stacks + spc - 1) / spc && second < spc && first * spc + second < config.num_stacks)
+        d = {static_cast<int>(first), spc > 1 ? static_cast<int>(second) : -1, config.stack_memory};
+    }
+    if (d.card == -2) continue;
+    bool dup = false;
+    for (auto& p : picked) dup = dup || (p.card == d.card && (p.stack == d.stack || p.stack == -1));
+    if (!dup) picked.push_back(d);
+  }
+  std::sort(picked.begin(), picked.end(),
+            [](const DeviceInfo& a, const DeviceInfo& b) { return std::tie(a.card, a.stack) < std::tie(b.card, b.stack); });
+  return picked;
+}
+
+// The runtime's device enumeration: once per process, on first need.
+void enumerate() {
+  if (config.enumerated.load()) return;
+  std::lock_guard<std::mutex> g(enumerate_mu);
+  if (config.enumerated.load()) return;
+  TORCH_CHECK(config.num_stacks > 0, "the XPU emulator is not configured");
+  auto devices = enumerate_devices();
+  TORCH_CHECK(devices.size() <= static_cast<size_t>(kMaxDevices), "the emulator supports up to ", kMaxDevices,
+              " devices");
+  config.devices = std::move(devices);
+  config.num_devices = static_cast<int>(config.devices.size());
+  make_default_generators(config.num_devices);
+  config.enumerated = true;
+}
+
+int num_devices() {
+  if (config.num_stacks == 0) return 0;  // before configure(): torch's accelerator probe
+  enumerate();
+  return config.num_devices;
+}
+
+int64_t total_memory(c10::DeviceIndex d) { return config.devices.at(d).total_memory; }
 
 void check_not_bad_fork() {
   // torch internals: the same flag torch.xpu._is_in_bad_fork() reads.
@@ -85,20 +189,134 @@ void check_not_bad_fork() {
 }
 
 void check_index(c10::DeviceIndex d) {
+  auto n = num_devices();
   TORCH_CHECK(
-      d >= 0 && d < config.num_devices,
+      d >= 0 && d < n,
       "device is out of range, device is ", static_cast<int>(d),
-      ", total number of device is ", config.num_devices, ".");
+      ", total number of device is ", n, ".");
+}
+
+// ---------------------------------------------------------------- asynchronous execution
+// Every stream is an in-order queue. Operators still run eagerly on the host, but what the host may observe is
+// what it could observe on an Intel GPU: work enqueued on a stream is complete only once something waited for it
+// (Stream/Event/device synchronize, a blocking copy or .item() on that stream). Until then queries answer false,
+// a non_blocking device-to-host copy leaves kPoison bytes in its destination, and an async collective's outputs
+// keep their old values; completion writes what the device had when the work was enqueued.
+constexpr unsigned char kPoison = 0xFF;  // NaN in every floating dtype, -1 in signed integers
+constexpr c10::StreamId kCollectiveStream = -2;  // XCCL's own queue: only wait() or a device synchronize
+
+struct QueueState {
+  uint64_t enqueued = 0, completed = 0;
+  std::vector<std::tuple<uint64_t, c10::StreamId, uint64_t>> waits;  // (my seq, other stream, its seq)
+};
+
+struct Deferred {
+  uint64_t id;
+  c10::DeviceIndex device;
+  c10::StreamId stream;
+  uint64_t seq;
+  at::Tensor dst;  // host memory (a CPU tensor, or a host view of device memory)
+  at::Tensor src;  // the values to land there
+};
+
+std::recursive_mutex& queue_mu = *new std::recursive_mutex();
+auto& queues = *new std::map<std::pair<int, c10::StreamId>, QueueState>();
+auto& deferred = *new std::vector<Deferred>();
+uint64_t next_deferred_id = 1;
+
+thread_local c10::DeviceIndex tl_device = 0;
+thread_local std::array<c10::StreamId, kMaxDevices> tl_stream{};
+
+c10::StreamId current_stream_id(c10::DeviceIndex d) { return tl_stream[d]; }
+
+// Enqueues one unit of work on (d, s) (every operator, copy and collective does); returns its position.
+uint64_t enqueue(c10::DeviceIndex d, c10::StreamId s) {
+  if (!config.async) return 0;
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  return ++queues[{d, s}].enqueued;
+}
+
+void land(std::vector<Deferred>::iterator first, std::vector<Deferred>::iterator last) {
+  for (auto it = first; it != last; ++it) it->dst.copy_(it->src);
+}
+
+// Completes (d, s) up to position `upto`: lands its deferred writes and what it waited for on other streams.
+void complete(c10::DeviceIndex d, c10::StreamId s, uint64_t upto) {
+  if (!config.async) return;
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  auto& q = queues[{d, s}];
+  if (upto <= q.completed) return;
+  q.completed = upto;
+  std::vector<std::pair<c10::StreamId, uint64_t>> deps;
+  for (auto& [mine, other, seq] : q.waits)
+    if (mine <= upto) deps.emplace_back(other, seq);
+  std::erase_if(q.waits, [&](const auto& w) { return std::get<0>(w) <= upto; });
+  for (auto& [other, seq] : deps) complete(d, other, seq);
+  auto done = std::stable_partition(deferred.begin(), deferred.end(), [&](const Deferred& e) {
+    return !(e.device == d && e.stream == s && e.seq <= upto);
+  });
+  std::vector<Deferred> landing(std::make_move_iterator(done), std::make_move_iterator(deferred.end()));
+  deferred.erase(done, deferred.end());
+  land(landing.begin(), landing.end());
+}
+
+void complete_stream(c10::DeviceIndex d, c10::StreamId s) {
+  if (!config.async) return;
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  complete(d, s, queues[{d, s}].enqueued);
+}
+
+void complete_device(c10::DeviceIndex d) {
+  if (!config.async) return;
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  std::vector<c10::StreamId> ids;
+  for (auto& [key, q] : queues)
+    if (key.first == d) ids.push_back(key.second);
+  for (auto s : ids) complete_stream(d, s);
+}
+
+// A write to host memory that lands when (d, s) completes past the current position.
+uint64_t defer(c10::DeviceIndex d, c10::StreamId s, at::Tensor dst, at::Tensor src) {
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  auto seq = ++queues[{d, s}].enqueued;
+  auto id = next_deferred_id++;
+  deferred.push_back({id, d, s, seq, std::move(dst), std::move(src)});
+  return id;
+}
+
+// Lands the given deferred writes now (Work.wait() of a collective).
+void land_ids(const std::vector<uint64_t>& ids) {
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  auto done = std::stable_partition(deferred.begin(), deferred.end(), [&](const Deferred& e) {
+    return std::find(ids.begin(), ids.end(), e.id) == ids.end();
+  });
+  std::vector<Deferred> landing(std::make_move_iterator(done), std::make_move_iterator(deferred.end()));
+  deferred.erase(done, deferred.end());
+  land(landing.begin(), landing.end());
+}
+
+bool is_async() { return config.async; }
+
+uint64_t defer_collective(c10::DeviceIndex d, at::Tensor dst, at::Tensor src) {
+  return defer(d, kCollectiveStream, std::move(dst), std::move(src));
+}
+
+bool landed(const std::vector<uint64_t>& ids) {
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  for (auto& e : deferred)
+    if (std::find(ids.begin(), ids.end(), e.id) != ids.end()) return false;
+  return true;
 }
 
 // ---------------------------------------------------------------- device guard
-thread_local c10::DeviceIndex tl_device = 0;
-thread_local std::array<c10::StreamId, kMaxDevices> tl_stream{};
 std::atomic<c10::StreamId> next_stream_id{1};
 
 struct EmuEvent {
   std::chrono::steady_clock::time_point t;
   bool recorded = false;
+  c10::DeviceIndex device = 0;
+  c10::StreamId stream = 0;
+  uint64_t seq = 0;  // the stream's position when recorded
 };
 
 c10::Stream make_stream(c10::DeviceIndex d, c10::StreamId id) {
@@ -145,31 +363,67 @@ struct EmuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
-    return static_cast<c10::DeviceIndex>(config.num_devices);
+    try {
+      return static_cast<c10::DeviceIndex>(num_devices());
+    } catch (...) {
+      return 0;
+    }
   }
-  // Work runs synchronously on the host, so events only carry a timestamp.
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex,
               const c10::EventFlag) const override {
     if (*event == nullptr) *event = new EmuEvent();
     auto* e = static_cast<EmuEvent*>(*event);
     e->t = std::chrono::steady_clock::now();
     e->recorded = true;
+    e->device = stream.device_index();
+    e->stream = stream.id();
+    std::lock_guard<std::recursive_mutex> g(queue_mu);
+    e->seq = config.async ? queues[{e->device, e->stream}].enqueued : 0;
   }
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
+  // The stream waits for the event: completing the stream past this point completes the event's stream too.
+  void block(void* event, const c10::Stream& stream) const override {
+    auto* e = static_cast<EmuEvent*>(event);
+    if (e == nullptr || !e->recorded || !config.async) return;
+    std::lock_guard<std::recursive_mutex> g(queue_mu);
+    auto& q = queues[{stream.device_index(), stream.id()}];
+    q.waits.emplace_back(++q.enqueued, e->stream, e->seq);
+  }
+  bool queryEvent(void* event) const override {
+    auto* e = static_cast<EmuEvent*>(event);
+    if (e == nullptr || !e->recorded || !config.async) return true;
+    std::lock_guard<std::recursive_mutex> g(queue_mu);
+    return queues[{e->device, e->stream}].completed >= e->seq;
+  }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     delete static_cast<EmuEvent*>(event);
   }
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override { counters.synchronize++; }
-  void synchronizeEvent(void*) const override { counters.synchronize++; }
-  void synchronizeDevice(const c10::DeviceIndex) const override { counters.synchronize++; }
+  bool queryStream(const c10::Stream& s) const override {
+    if (!config.async) return true;
+    std::lock_guard<std::recursive_mutex> g(queue_mu);
+    auto& q = queues[{s.device_index(), s.id()}];
+    return q.completed >= q.enqueued;
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    counters.synchronize++;
+    complete_stream(s.device_index(), s.id());
+  }
+  void synchronizeEvent(void* event) const override {
+    counters.synchronize++;
+    auto* e = static_cast<EmuEvent*>(event);
+    if (e != nullptr && e->recorded) complete(e->device, e->stream, e->seq);
+  }
+  void synchronizeDevice(const c10::DeviceIndex d) const override {
+    counters.synchronize++;
+    complete_device(resolve(d));
+  }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     auto* a = static_cast<EmuEvent*>(start);
     auto* b = static_cast<EmuEvent*>(end);
     TORCH_CHECK(a && b && a->recorded && b->recorded,
                 "Both events must be recorded before calculating elapsed time.");
+    TORCH_CHECK(queryEvent(start) && queryEvent(end),
+                "Both events must be completed before calculating elapsed time.");
     return std::chrono::duration<double, std::milli>(b->t - a->t).count();
   }
 };
@@ -188,71 +442,212 @@ std::string format_size(uint64_t n) {
   return os.str();
 }
 
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+// The bookkeeping of c10/xpu/XPUCachingAllocator.cpp (torch 2.13), without its memory: requests are rounded to
+// blocks, blocks are carved out of segments reserved from the device (2 MiB for small requests, 20 MiB for
+// requests under 10 MiB, else rounded to 2 MiB), freed blocks stay cached and merge with free neighbours, and only
+// empty_cache() (or an allocation that would not fit otherwise) returns whole free segments to the device. The
+// statistics and the out-of-memory decision follow these books; the bytes themselves are ordinary host memory.
+constexpr size_t kMinBlockSize = 512;
+constexpr size_t kSmallSize = 1048576;
+constexpr size_t kSmallBuffer = 2097152;
+constexpr size_t kLargeBuffer = 20971520;
+constexpr size_t kMinLargeAlloc = 10485760;
+constexpr size_t kRoundLarge = 2097152;
+
+struct MBlock {
+  size_t size;
+  size_t requested = 0;
+  bool small;
+  bool allocated = false;
+  uint64_t order;  // address order within the device
+  MBlock* prev = nullptr;
+  MBlock* next = nullptr;
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+struct BySize {
+  bool operator()(const MBlock* a, const MBlock* b) const {
+    return std::tie(a->size, a->order) < std::tie(b->size, b->order);
+  }
+};
+
 struct Block {
-  size_t size;       // rounded (what the stats count)
-  size_t requested;  // what the caller asked for
   c10::DeviceIndex device;
+  MBlock* model;
   void* owned;           // memory from posix_memalign, freed with the block
   c10::DataPtr adopted;  // or memory a CPU kernel produced, released by its own deleter
 };
 
-using c10::CachingAllocator::StatType;
-using c10::CachingDeviceAllocator::DeviceStats;
+struct DeviceModel {
+  std::set<MBlock*, BySize> small_free, large_free;
+  uint64_t next_order = 0;
+  std::set<MBlock*, BySize>& pool(bool small) { return small ? small_free : large_free; }
+};
 
 struct EmuAllocator final : public c10::DeviceAllocator {
   std::mutex mu;
   std::array<DeviceStats, kMaxDevices> stats;
+  std::array<DeviceModel, kMaxDevices> models;
 
-  static size_t round(size_t n) { return n == 0 ? 0 : ((n + kMinBlock - 1) / kMinBlock) * kMinBlock; }
+  static size_t round_size(size_t n) {
+    return n < kMinBlockSize ? kMinBlockSize : kMinBlockSize * ((n + kMinBlockSize - 1) / kMinBlockSize);
+  }
+  static size_t allocation_size(size_t size) {
+    if (size <= kSmallSize) return kSmallBuffer;
+    if (size < kMinLargeAlloc) return kLargeBuffer;
+    return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+  }
 
   int64_t limit(c10::DeviceIndex d) const {
     double f = memory_fraction[d];
-    return f > 0 ? static_cast<int64_t>(f * config.total_memory) : config.total_memory;
+    return f > 0 ? static_cast<int64_t>(f * total_memory(d)) : total_memory(d);
   }
 
-  // Books `size` bytes on device d or raises torch.OutOfMemoryError like the real runtime.
-  void book(c10::DeviceIndex d, size_t size, size_t requested) {
+  template <typename F>
+  static void for_types(bool small, F f) {
+    f(static_cast<size_t>(StatType::AGGREGATE));
+    f(static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL));
+  }
+
+  // Returns whole free segments to the device (emptyCache, and the retry before an out-of-memory error).
+  void release_cached(c10::DeviceIndex d) {
+    auto& m = models[d];
+    auto& st = stats[d];
+    for (auto* pool : {&m.small_free, &m.large_free}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        MBlock* b = *it;
+        if (b->is_split()) { ++it; continue; }
+        for_types(b->small, [&](size_t t) {
+          st.segment[t].decrease(1);
+          st.reserved_bytes[t].decrease(b->size);
+        });
+        st.num_device_free++;
+        it = pool->erase(it);
+        delete b;
+      }
+    }
+  }
+
+  // Books a request of n bytes on device d (a cached block, or a new segment) or raises like the real allocator.
+  MBlock* book(c10::DeviceIndex d, size_t n) {
+    std::lock_guard<std::mutex> g(mu);
+    auto& m = models[d];
+    auto& st = stats[d];
+    size_t size = round_size(n);
+    bool small = size <= kSmallSize;
+    auto& pool = m.pool(small);
+    MBlock key{size, 0, small, false, 0};
+    auto it = pool.lower_bound(&key);
+    MBlock* b = nullptr;
+    if (it != pool.end()) {
+      b = *it;
+      pool.erase(it);
+    } else {
+      size_t alloc = allocation_size(size);
+      auto reserved = [&] { return st.reserved_bytes[0].current; };
+      if (reserved() + static_cast<int64_t>(alloc) > limit(d)) {
+        release_cached(d);
+        st.num_alloc_retries++;
+      }
+      if (reserved() + static_cast<int64_t>(alloc) > limit(d)) {
+        st.num_ooms++;
+        std::string allowed = memory_fraction[d] > 0 ? format_size(limit(d)) + " allowed; " : "";
+        TORCH_CHECK_WITH(
+            OutOfMemoryError, false,
+            "XPU out of memory. Tried to allocate ", format_size(alloc), ". GPU ", static_cast<int>(d),
+            " has a total capacity of ", format_size(total_memory(d)), " of which ",
+            format_size(total_memory(d) - reserved()), " is free. ", allowed, "Of the allocated memory ",
+            format_size(st.allocated_bytes[0].current), " is allocated by PyTorch, and ",
+            format_size(reserved() - st.allocated_bytes[0].current), " is reserved by PyTorch but unallocated.",
+            " Please use `empty_cache` to release all unoccupied cached memory.");
+      }
+      b = new MBlock{alloc, 0, small, false, m.next_order};
+      m.next_order += alloc;
+      for_types(small, [&](size_t t) {
+        st.segment[t].increase(1);
+        st.reserved_bytes[t].increase(alloc);
+      });
+      st.num_device_alloc++;
+    }
+    bool already_split = b->is_split();
+    size_t remaining = b->size - size;
+    if (small ? remaining >= kMinBlockSize : remaining > kSmallSize) {
+      auto* rest = new MBlock{remaining, 0, small, false, b->order + size};
+      rest->prev = b;
+      rest->next = b->next;
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = size;
+      pool.insert(rest);
+      for_types(small, [&](size_t t) {
+        if (already_split) {
+          st.inactive_split_bytes[t].decrease(size);
+        } else {
+          st.inactive_split[t].increase(1);
+          st.inactive_split_bytes[t].increase(remaining);
+        }
+      });
+    } else if (already_split) {
+      for_types(small, [&](size_t t) {
+        st.inactive_split[t].decrease(1);
+        st.inactive_split_bytes[t].decrease(b->size);
+      });
+    }
+    b->allocated = true;
+    b->requested = n;
+    for_types(small, [&](size_t t) {
+      st.allocation[t].increase(1);
+      st.active[t].increase(1);
+      st.allocated_bytes[t].increase(b->size);
+      st.active_bytes[t].increase(b->size);
+      st.requested_bytes[t].increase(n);
+    });
+    return b;
+  }
+
+  void unbook(c10::DeviceIndex d, MBlock* b) {
     std::lock_guard<std::mutex> g(mu);
     auto& st = stats[d];
-    auto used = st.allocated_bytes[0].current;
-    if (used + static_cast<int64_t>(size) > limit(d)) {
-      st.num_ooms++;
-      TORCH_CHECK_WITH(
-          OutOfMemoryError, false,
-          "XPU out of memory. Tried to allocate ", format_size(size), ". GPU ",
-          static_cast<int>(d), " has a total capacity of ", format_size(config.total_memory),
-          ". Of the allocated memory ", format_size(used),
-          " is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated."
-          " Please use `empty_cache` to release all unoccupied cached memory."
-          " (emulated device: ", config.name, ")");
-    }
-    for (auto type : {StatType::AGGREGATE, size < kSmallSize ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
-      auto t = static_cast<size_t>(type);
-      st.allocation[t].increase(1);
-      st.segment[t].increase(1);
-      st.active[t].increase(1);
-      st.allocated_bytes[t].increase(size);
-      st.reserved_bytes[t].increase(size);
-      st.active_bytes[t].increase(size);
-      st.requested_bytes[t].increase(requested);
-    }
-    st.num_device_alloc++;
-  }
-
-  void unbook(const Block& b) {
-    std::lock_guard<std::mutex> g(mu);
-    auto& st = stats[b.device];
-    for (auto type : {StatType::AGGREGATE, b.size < kSmallSize ? StatType::SMALL_POOL : StatType::LARGE_POOL}) {
-      auto t = static_cast<size_t>(type);
+    auto& pool = models[d].pool(b->small);
+    for_types(b->small, [&](size_t t) {
       st.allocation[t].decrease(1);
-      st.segment[t].decrease(1);
       st.active[t].decrease(1);
-      st.allocated_bytes[t].decrease(b.size);
-      st.reserved_bytes[t].decrease(b.size);
-      st.active_bytes[t].decrease(b.size);
-      st.requested_bytes[t].decrease(b.requested);
+      st.allocated_bytes[t].decrease(b->size);
+      st.active_bytes[t].decrease(b->size);
+      st.requested_bytes[t].decrease(b->requested);
+    });
+    b->allocated = false;
+    int64_t split_blocks = 0, split_bytes = 0;
+    for (MBlock* c : {b->prev, b->next}) {
+      if (c == nullptr || c->allocated) continue;
+      pool.erase(c);
+      if (c == b->prev) {
+        b->order = c->order;
+        b->prev = c->prev;
+        if (b->prev) b->prev->next = b;
+      } else {
+        b->next = c->next;
+        if (b->next) b->next->prev = b;
+      }
+      b->size += c->size;
+      split_blocks -= 1;
+      split_bytes -= static_cast<int64_t>(c->size);
+      delete c;
     }
-    st.num_device_free++;
+    if (b->is_split()) {
+      split_blocks += 1;
+      split_bytes += static_cast<int64_t>(b->size);
+    }
+    pool.insert(b);
+    for_types(b->small, [&](size_t t) {
+      if (split_blocks > 0) st.inactive_split[t].increase(split_blocks);
+      if (split_blocks < 0) st.inactive_split[t].decrease(-split_blocks);
+      if (split_bytes > 0) st.inactive_split_bytes[t].increase(split_bytes);
+      if (split_bytes < 0) st.inactive_split_bytes[t].decrease(-split_bytes);
+    });
   }
 
   static void deleter(void* ctx);
@@ -260,24 +655,23 @@ struct EmuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override {
     check_not_bad_fork();
     auto d = tl_device;
-    size_t size = round(n);
-    book(d, size, n);
+    check_index(d);
+    MBlock* model = book(d, n);
     void* p = nullptr;
-    if (size > 0 && posix_memalign(&p, 64, size) != 0) {
-      unbook(Block{size, n, d, nullptr, {}});
+    if (n > 0 && posix_memalign(&p, 64, n) != 0) {
+      unbook(d, model);
       TORCH_CHECK_WITH(OutOfMemoryError, false, "XPU out of memory. Tried to allocate ",
-                       format_size(size), " (host memory backing the emulated device is exhausted)");
+                       format_size(n), " (host memory backing the emulated device is exhausted)");
     }
-    auto* blk = new Block{size, n, d, p, {}};
+    auto* blk = new Block{d, model, p, {}};
     return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
   }
 
   // Takes over memory a CPU kernel allocated for an output (zero-copy), booking it on device d.
   c10::DataPtr adopt(c10::DataPtr cpu, size_t n, c10::DeviceIndex d) {
-    size_t size = round(n);
-    book(d, size, n);
+    MBlock* model = book(d, n);
     void* p = cpu.get();
-    auto* blk = new Block{size, n, d, nullptr, std::move(cpu)};
+    auto* blk = new Block{d, model, nullptr, std::move(cpu)};
     return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
   }
 
@@ -285,7 +679,10 @@ struct EmuAllocator final : public c10::DeviceAllocator {
   void copy_data(void* dst, const void* src, std::size_t n) const override { std::memcpy(dst, src, n); }
 
   bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  void emptyCache(c10::MempoolId_t) override {
+    std::lock_guard<std::mutex> g(mu);
+    for (int d = 0; d < config.num_devices; ++d) release_cached(static_cast<c10::DeviceIndex>(d));
+  }
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     check_index(d);
@@ -312,17 +709,20 @@ struct EmuAllocator final : public c10::DeviceAllocator {
   }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex d) override {
     check_index(d);
+    TORCH_CHECK(config.free_memory_query, "The device (", config.name, ") doesn't support querying the available "
+                "free memory. You can file an issue at https://github.com/pytorch/pytorch/issues to help us "
+                "prioritize its implementation.");
     std::lock_guard<std::mutex> g(mu);
-    auto used = stats[d].allocated_bytes[0].current;
-    return {static_cast<size_t>(std::max<int64_t>(config.total_memory - used, 0)),
-            static_cast<size_t>(config.total_memory)};
+    auto used = stats[d].reserved_bytes[0].current;
+    return {static_cast<size_t>(std::max<int64_t>(total_memory(d) - used, 0)),
+            static_cast<size_t>(total_memory(d))};
   }
 };
 EmuAllocator& allocator = *new EmuAllocator();
 
 void EmuAllocator::deleter(void* ctx) {
   auto* blk = static_cast<Block*>(ctx);
-  allocator.unbook(*blk);
+  allocator.unbook(blk->device, blk->model);
   free(blk->owned);
   delete blk;
 }
@@ -397,6 +797,11 @@ const at::Generator& default_generator(c10::DeviceIndex d) {
   return default_generators.at(d);
 }
 
+void make_default_generators(int n) {
+  for (int i = static_cast<int>(default_generators.size()); i < n; ++i)
+    default_generators.push_back(at::make_generator<EmuGenerator>(i));
+}
+
 // ---------------------------------------------------------------- hooks
 struct EmuXPUHooks final : public at::XPUHooksInterface {
   EmuXPUHooks() = default;
@@ -408,7 +813,7 @@ struct EmuXPUHooks final : public at::XPUHooksInterface {
   }
   bool hasXPU() const override { return true; }
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return config.num_devices > 0; }
+  bool isAvailable() const override { return num_devices() > 0; }
   std::string showConfig() const override { return "emulated XPU (lightning_xpu.emulator): " + config.name + "\n"; }
   int32_t getGlobalIdxFromDevice(const c10::Device& d) const override { return d.index(); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override { return default_generator(d); }
@@ -417,7 +822,7 @@ struct EmuXPUHooks final : public at::XPUHooksInterface {
     check_index(d);
     return at::make_generator<EmuGenerator>(d);
   }
-  c10::DeviceIndex getNumGPUs() const override { return static_cast<c10::DeviceIndex>(config.num_devices); }
+  c10::DeviceIndex getNumGPUs() const override { return static_cast<c10::DeviceIndex>(num_devices()); }
   c10::DeviceIndex deviceCount() const override { return getNumGPUs(); }
   c10::DeviceIndex current_device() const override { return tl_device; }
   c10::DeviceIndex getCurrentDevice() const override { return tl_device; }
@@ -429,7 +834,10 @@ struct EmuXPUHooks final : public at::XPUHooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   c10::Device getDeviceFromPtr(void*) const override { return c10::Device(kXPU, tl_device); }
-  void deviceSynchronize(c10::DeviceIndex) const override { counters.synchronize++; }
+  void deviceSynchronize(c10::DeviceIndex d) const override {
+    counters.synchronize++;
+    complete_device(resolve(d));
+  }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned; }
   bool isPinnedPtr(const void* p) const override { return pinned.contains(p); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return initialized.load(); }
@@ -522,13 +930,40 @@ void count_copy(const at::Tensor& src, const at::Tensor& dst) {
   else { counters.d2h++; counters.d2h_bytes += bytes; }
 }
 
+void poison(const at::Tensor& t) {
+  if (t.is_contiguous()) {
+    std::memset(t.data_ptr(), kPoison, t.nbytes());
+  } else {
+    auto p = at::empty_like(t, at::MemoryFormat::Contiguous);
+    std::memset(p.data_ptr(), kPoison, p.nbytes());
+    t.copy_(p);
+  }
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   check_not_bad_fork();
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   count_copy(self, dst);
   HostViews hv;
   at::Tensor d = hv.to_cpu(dst);
-  d.copy_(hv.to_cpu(self), non_blocking);  // host memory on both sides: a CPU copy (with dtype conversion)
+  at::Tensor s = hv.to_cpu(self);
+  if (config.async && !tl_in_fallback) {
+    const bool d2h = is_xpu(self) && !is_xpu(dst), h2d = !is_xpu(self) && is_xpu(dst);
+    const auto dev = is_xpu(self) ? self.device().index() : dst.device().index();
+    const auto stream = current_stream_id(dev);
+    if (d2h && non_blocking) {
+      // The copy is enqueued: the destination holds poison until the stream completes, then the values the
+      // device had now.
+      auto values = at::empty_like(d);
+      values.copy_(s);
+      poison(d);
+      defer(dev, stream, d, values);
+      return dst;
+    }
+    auto seq = enqueue(dev, stream);
+    if ((d2h || h2d) && !non_blocking) complete(dev, stream, seq);  // a blocking copy waits for its stream
+  }
+  d.copy_(s, non_blocking);  // host memory on both sides: a CPU copy (with dtype conversion)
   return dst;
 }
 
@@ -546,6 +981,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   check_not_bad_fork();
   counters.item++;
+  const auto dev = self.device().index();
+  complete(dev, current_stream_id(dev), enqueue(dev, current_stream_id(dev)));  // a blocking read of one value
   HostViews hv;
   return at::native::_local_scalar_dense_cpu(hv.to_cpu(self));
 }
@@ -572,7 +1009,7 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, st, 0, {0}, {});
 }
 
-void record_stream(at::Tensor&, c10::Stream) {}  // work is synchronous: nothing to defer
+void record_stream(at::Tensor&, c10::Stream) {}  // memory is never reused while deferred work holds it
 
 // A CPU result placed in new memory on `like`'s xpu device.
 at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
@@ -814,6 +1251,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "Required aspect fp64 is not supported on the device (", config.name,
               " has no native fp64; operator ", schema.name(), ")");
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
+  enqueue(*fs.device, current_stream_id(*fs.device));
 
   if (has_out) {
     // out= variants may resize their outputs: torch's own CPU fallback copies in and out.
@@ -918,6 +1356,29 @@ TORCH_LIBRARY_IMPL(_, XPU, m) {
 // ---------------------------------------------------------------- Python bindings
 namespace xpu_emu {
 
+// torch internals (the dispatcher's kernel precedence): a structured operator's functional and in-place variants have a
+// CompositeExplicitAutogradNonFunctional kernel that allocates the output and calls the out= variant; the dispatcher
+// prefers it to a backend fallback. On the emulated XPU that sent e.g. mse_loss through mse_loss.out, whose CPU
+// kernel resizes a 0-dim output ("An output with one or more elements was resized ..."), where CPU and XPU builds
+// run the functional kernel. Registering the fallback for these variants runs the CPU functional kernel instead.
+void register_functional_fallbacks() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::XPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) || op->hasKernelForDispatchKey(c10::DispatchKey::XPU))
+      continue;
+    bool has_out = false;
+    for (const auto& a : op->schema().arguments()) has_out = has_out || a.is_out();
+    if (has_out) continue;
+    static auto& names = *new std::deque<std::string>();
+    names.push_back(name.overload_name.empty() ? name.name.substr(6) : name.name.substr(6) + "." + name.overload_name);
+    lib->impl(names.back().c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
+}
+
 at::Tensor host_view(const at::Tensor& t) {
   HostViews hv;  // the view keeps the device storage alive on its own
   return hv.to_cpu(t);
@@ -958,16 +1419,29 @@ py::dict memory_stats(c10::DeviceIndex d) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace xpu_emu;
-  m.def("configure", [](int n, int64_t total_memory, bool has_fp64, std::string name) {
-    TORCH_CHECK(n >= 1 && n <= kMaxDevices, "the emulator supports 1 to ", kMaxDevices, " devices, got ", n);
-    TORCH_CHECK(config.num_devices == 0 || config.num_devices == n,
-                "the emulator is already configured with ", config.num_devices, " devices");
-    config.num_devices = n;
-    config.total_memory = total_memory;
+  m.def("configure", [](int stacks, int stacks_per_card, int64_t stack_memory, bool has_fp64, bool free_memory_query,
+                        bool async, std::string name) {
+    TORCH_CHECK(stacks >= 1 && stacks <= kMaxDevices, "the emulator supports 1 to ", kMaxDevices, " devices, got ",
+                stacks);
+    TORCH_CHECK(config.num_stacks == 0 || config.num_stacks == stacks,
+                "the emulator is already configured with ", config.num_stacks, " devices");
+    config.num_stacks = stacks;
+    config.stacks_per_card = stacks_per_card;
+    config.stack_memory = stack_memory;
     config.has_fp64 = has_fp64;
+    config.free_memory_query = free_memory_query;
+    config.async = async;
     config.name = std::move(name);
-    if (default_generators.empty())
-      for (int i = 0; i < n; ++i) default_generators.push_back(at::make_generator<EmuGenerator>(i));
+  });
+  m.def("register_functional_fallbacks", &register_functional_fallbacks);
+  // torch internals: whether at::detail::getXPUHooks() is this library's (without counting devices, which would
+  // enumerate them and fix ZE_AFFINITY_MASK before the runtime is initialised).
+  m.def("hooks_installed", []() { return dynamic_cast<const EmuXPUHooks*>(&at::detail::getXPUHooks()) != nullptr; });
+  m.def("devices", []() {
+    enumerate();
+    py::list out;
+    for (auto& d : config.devices) out.append(py::make_tuple(d.card, d.stack, d.total_memory));
+    return out;
   });
   m.def("init", []() {
     // As torch/csrc/xpu/Module.cpp's _xpu_init: arm the fork poisoning, init the hooks once.
@@ -978,13 +1452,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     at::globalContext().lazyInitDevice(kXPU);
   });
   m.def("default_generators", []() {
-    py::tuple t(config.num_devices);
+    py::tuple t(num_devices());
     for (int i = 0; i < config.num_devices; ++i)
       t[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generators[i]));
     return t;
   });
   m.def("is_in_bad_fork", []() { return torch::utils::is_device_in_bad_fork(kXPU); });
-  m.def("device_count", []() { return config.num_devices; });
+  m.def("device_count", []() { return num_devices(); });
   m.def("set_device", [](c10::DeviceIndex d) { check_index(d); tl_device = d; });
   m.def("get_device", []() { return tl_device; });
   m.def("exchange_device", [](c10::DeviceIndex d) {
@@ -1005,7 +1479,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("synchronize", [](c10::DeviceIndex d) {
     check_index(resolve(d));
     counters.synchronize++;
+    complete_device(resolve(d));
   });
+  m.def("empty_cache", []() { allocator.emptyCache({0, 0}); });
   m.def("memory_stats", &memory_stats);
   m.def("reset_peak_memory_stats", [](c10::DeviceIndex d) { allocator.resetPeakStats(resolve(d)); });
   m.def("reset_accumulated_memory_stats", [](c10::DeviceIndex d) { allocator.resetAccumulatedStats(resolve(d)); });

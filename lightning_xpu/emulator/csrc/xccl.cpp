@@ -6,6 +6,9 @@
 // for it; the returned Work is complete and its future holds the xpu tensors (DDP's reducer reads it).
 // ReduceOp.AVG, which gloo lacks, is SUM followed by a division; reduce-scatter is an all-reduce of the
 // input followed by taking this rank's chunk (gloo's support for it varies across torch versions).
+// Reduction ops and dtypes XCCL does not support fail with ProcessGroupXCCL's exception types and messages
+// (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp). With the asynchronous device model (the default), an
+// async_op=True collective keeps its results back: its outputs change at Work.wait() (or a device synchronize).
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -14,9 +17,15 @@
 #include <torch/library.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <set>
+
 namespace xpu_emu {
 
 at::Tensor host_view(const at::Tensor& t);  // emulator.cpp
+bool is_async();
+uint64_t defer_collective(c10::DeviceIndex d, at::Tensor dst, at::Tensor src);
+void land_ids(const std::vector<uint64_t>& ids);
+bool landed(const std::vector<uint64_t>& ids);
 
 namespace {
 
@@ -46,6 +55,39 @@ class DoneWork final : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// The Work of an async collective whose results land at wait(), synchronize() or a device synchronize. Its future
+// is complete once taken: DDP's reducer waits on futures (c10::ivalue::Future::wait cannot be intercepted), so
+// taking the future counts as waiting.
+class DeferredWork final : public Work {
+ public:
+  DeferredWork(std::vector<at::Tensor> result, OpType type, std::vector<uint64_t> ids)
+      : Work(-1, type), result_(std::move(result)), ids_(std::move(ids)) {
+    std::vector<c10::Device> devices;
+    for (const auto& t : result_)
+      if (t.defined() && std::find(devices.begin(), devices.end(), t.device()) == devices.end())
+        devices.push_back(t.device());
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+  }
+  bool isCompleted() override { return landed(ids_); }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override {
+    land_ids(ids_);
+    return true;
+  }
+  void synchronize() override { land_ids(ids_); }
+  std::vector<at::Tensor> result() override { return result_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    land_ids(ids_);
+    if (!future_->completed()) future_->markCompleted(c10::IValue(result_));
+    return future_;
+  }
+
+ private:
+  std::vector<at::Tensor> result_;
+  std::vector<uint64_t> ids_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 std::vector<at::Tensor> views(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;
   out.reserve(ts.size());
@@ -69,8 +111,42 @@ void finish(const c10::intrusive_ptr<Work>& w) { w->wait(); }
 
 // Reductions gloo cannot do itself become SUM (+ division for AVG).
 bool is_avg(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
-void check_op(const c10d::ReduceOp& op) {
-  TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "Cannot use ReduceOp.PREMUL_SUM with XCCL (emulated)");
+
+// As ProcessGroupXCCL's getXcclReduceOp: XCCL has MIN, MAX, SUM, PRODUCT and AVG.
+void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) {
+  using R = c10d::ReduceOp;
+  const char* name = nullptr;
+  switch (op.op_) {
+    case R::BAND: name = "BAND"; break;
+    case R::BOR: name = "BOR"; break;
+    case R::BXOR: name = "BXOR"; break;
+    case R::PREMUL_SUM: name = "PREMUL_SUM"; break;
+    default: break;
+  }
+  if (name != nullptr) C10_THROW_ERROR(ValueError, std::string("Cannot use ReduceOp.") + name + " with XCCL");
+  for (const auto& t : ts)
+    if (t.scalar_type() == at::kBool && op.op_ == R::AVG)
+      C10_THROW_ERROR(TypeError, "Cannot use ReduceOp.AVG with boolean inputs");
+}
+
+// As ProcessGroupXCCL's getXcclDataType (complex tensors travel as their real view, as there).
+void check_dtypes(const std::vector<at::Tensor>& ts, bool reduction) {
+  for (const auto& t : ts) {
+    auto type = t.is_complex() ? c10::toRealValueType(t.scalar_type()) : t.scalar_type();
+    if (reduction)
+      TORCH_CHECK(!c10::isFloat8Type(type), "Float8 dtypes are not currenlty supported for XCCL reductions");
+    switch (type) {
+      case at::kByte: case at::kChar: case at::kInt: case at::kLong: case at::kHalf: case at::kFloat:
+      case at::kDouble: case at::kBFloat16: case at::kBool: case at::kFloat8_e5m2: case at::kFloat8_e4m3fn:
+      case at::kFloat8_e4m3fnuz: case at::kFloat8_e5m2fnuz:
+        break;
+      default:
+        TORCH_CHECK_WITH(TypeError, false, "Input tensor data type is not supported for XCCL process group: ", type);
+    }
+  }
+}
+void check_dtypes(const std::vector<std::vector<at::Tensor>>& ts, bool reduction) {
+  for (const auto& l : ts) check_dtypes(l, reduction);
 }
 
 class EmuXccl final : public c10d::Backend {
@@ -79,161 +155,234 @@ class EmuXccl final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "xccl"; }
 
+  // Runs `body`, which writes the outputs' memory; an async op's results are then held back until wait().
+  template <typename F>
+  c10::intrusive_ptr<Work> run(const std::vector<at::Tensor>& outs, OpType type, bool async_op, F body) {
+    for (const auto& t : outs) used_.insert(t.device().index());
+    const bool hold = async_op && is_async();
+    std::vector<at::Tensor> before;
+    if (hold)
+      for (const auto& t : outs) before.push_back(host_view(t).clone());
+    body();
+    if (!hold) return c10::make_intrusive<DoneWork>(outs, type);
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      auto memory = host_view(outs[i]);
+      auto result = memory.clone();
+      memory.copy_(before[i]);
+      ids.push_back(defer_collective(outs[i].device().index(), memory, result));
+    }
+    return c10::make_intrusive<DeferredWork>(outs, type, std::move(ids));
+  }
+
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& opts) override {
-    auto v = views(ts);
-    finish(gloo_->broadcast(v, opts));
-    return c10::make_intrusive<DoneWork>(ts, OpType::BROADCAST);
+    check_dtypes(ts, false);
+    return run(ts, OpType::BROADCAST, opts.asyncOp, [&] {
+      auto v = views(ts);
+      finish(gloo_->broadcast(v, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) override {
-    check_op(opts.reduceOp);
-    auto v = views(ts);
-    auto o = opts;
-    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
-    finish(gloo_->allreduce(v, o));
-    if (is_avg(opts.reduceOp))
-      for (auto& t : v) t.div_(getSize());
-    return c10::make_intrusive<DoneWork>(ts, OpType::ALLREDUCE);
+    check_op(opts.reduceOp, ts);
+    check_dtypes(ts, true);
+    return run(ts, OpType::ALLREDUCE, opts.asyncOp, [&] { allreduce_now(ts, opts); });
   }
 
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
                                                const c10d::AllreduceCoalescedOptions& opts) override {
-    for (auto& t : ts) {
-      std::vector<at::Tensor> one{t};
-      c10d::AllreduceOptions o;
-      o.reduceOp = opts.reduceOp;
-      o.timeout = opts.timeout;
-      allreduce(one, o);
-    }
-    return c10::make_intrusive<DoneWork>(ts, OpType::ALLREDUCE_COALESCED);
+    check_op(opts.reduceOp, ts);
+    check_dtypes(ts, true);
+    return run(ts, OpType::ALLREDUCE_COALESCED, opts.asyncOp, [&] {
+      for (auto& t : ts) {
+        std::vector<at::Tensor> one{t};
+        c10d::AllreduceOptions o;
+        o.reduceOp = opts.reduceOp;
+        o.timeout = opts.timeout;
+        allreduce_now(one, o);
+      }
+    });
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& opts) override {
-    check_op(opts.reduceOp);
-    auto v = views(ts);
-    auto o = opts;
-    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
-    finish(gloo_->reduce(v, o));
-    if (is_avg(opts.reduceOp) && getRank() == opts.rootRank)
-      for (auto& t : v) t.div_(getSize());
-    return c10::make_intrusive<DoneWork>(ts, OpType::REDUCE);
+    check_op(opts.reduceOp, ts);
+    check_dtypes(ts, true);
+    return run(ts, OpType::REDUCE, opts.asyncOp, [&] {
+      auto v = views(ts);
+      auto o = opts;
+      if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+      finish(gloo_->reduce(v, o));
+      if (is_avg(opts.reduceOp) && getRank() == opts.rootRank)
+        for (auto& t : v) t.div_(getSize());
+    });
   }
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const c10d::AllgatherOptions& opts) override {
-    auto vo = views(outs);
-    auto vi = views(ins);
-    finish(gloo_->allgather(vo, vi, opts));
-    return c10::make_intrusive<DoneWork>(flat(outs), OpType::ALLGATHER);
+    check_dtypes(ins, false);
+    return run(flat(outs), OpType::ALLGATHER, opts.asyncOp, [&] {
+      auto vo = views(outs);
+      auto vi = views(ins);
+      finish(gloo_->allgather(vo, vi, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(out.numel() == in.numel() * getSize(), "output tensor size must be equal to world_size times input size");
+    TORCH_CHECK_WITH(TypeError, in.dtype() == out.dtype(), "output tensor must have the same type as input tensor");
+    TORCH_CHECK_WITH(ValueError, out.numel() == in.numel() * getSize(),
+                     "output tensor size must be equal to world_size times input size");
     TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "allgather_into_tensor needs contiguous tensors");
-    auto chunks = host_view(out).view({-1}).chunk(getSize());
-    std::vector<std::vector<at::Tensor>> vo{std::vector<at::Tensor>(chunks.begin(), chunks.end())};
-    std::vector<at::Tensor> vi{host_view(in).view({-1})};
-    finish(gloo_->allgather(vo, vi, opts));
-    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::_ALLGATHER_BASE);
+    check_dtypes({in}, false);
+    return run({out}, OpType::_ALLGATHER_BASE, opts.asyncOp, [&] { allgather_base_now(out, in, opts); });
   }
 
   c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                                const c10d::AllgatherOptions& opts) override {
-    for (size_t i = 0; i < ins.size(); ++i) {
-      std::vector<std::vector<at::Tensor>> o{outs[i]};
-      std::vector<at::Tensor> in{ins[i]};
-      allgather(o, in, opts);
-    }
-    return c10::make_intrusive<DoneWork>(flat(outs), OpType::ALLGATHER_COALESCED);
+    check_dtypes(ins, false);
+    return run(flat(outs), OpType::ALLGATHER_COALESCED, opts.asyncOp, [&] {
+      for (size_t i = 0; i < ins.size(); ++i) {
+        std::vector<std::vector<at::Tensor>> o{outs[i]};
+        std::vector<at::Tensor> in{ins[i]};
+        auto vo = views(o);
+        auto vi = views(in);
+        finish(gloo_->allgather(vo, vi, opts));
+      }
+    });
   }
 
   c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                                            const c10d::AllgatherOptions& opts) override {
-    for (size_t i = 0; i < ins.size(); ++i) _allgather_base(outs[i], ins[i], opts);
-    return c10::make_intrusive<DoneWork>(outs, OpType::COALESCED);
+    check_dtypes(ins, false);
+    return run(outs, OpType::COALESCED, opts.asyncOp, [&] {
+      for (size_t i = 0; i < ins.size(); ++i) allgather_base_now(outs[i], ins[i], opts);
+    });
   }
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const c10d::GatherOptions& opts) override {
-    auto vo = views(outs);
-    auto vi = views(ins);
-    finish(gloo_->gather(vo, vi, opts));
-    return c10::make_intrusive<DoneWork>(flat(outs), OpType::GATHER);
+    check_dtypes(ins, false);
+    return run(flat(outs), OpType::GATHER, opts.asyncOp, [&] {
+      auto vo = views(outs);
+      auto vi = views(ins);
+      finish(gloo_->gather(vo, vi, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                    const c10d::ScatterOptions& opts) override {
-    auto vo = views(outs);
-    auto vi = views(ins);
-    finish(gloo_->scatter(vo, vi, opts));
-    return c10::make_intrusive<DoneWork>(outs, OpType::SCATTER);
+    check_dtypes(outs, false);
+    return run(outs, OpType::SCATTER, opts.asyncOp, [&] {
+      auto vo = views(outs);
+      auto vi = views(ins);
+      finish(gloo_->scatter(vo, vi, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                 const c10d::ReduceScatterOptions& opts) override {
-    TORCH_CHECK(in.numel() == out.numel() * getSize(), "input tensor must be the same size as output size times world size");
-    check_op(opts.reduceOp);
-    std::vector<at::Tensor> sum{host_view(in).reshape({-1}).clone()};
-    c10d::AllreduceOptions o;
-    o.reduceOp = is_avg(opts.reduceOp) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
-    o.timeout = opts.timeout;
-    finish(gloo_->allreduce(sum, o));
-    auto mine = sum[0].narrow(0, getRank() * out.numel(), out.numel()).view(out.sizes());
-    if (is_avg(opts.reduceOp)) mine = mine.div(getSize());
-    host_view(out).copy_(mine);
-    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::_REDUCE_SCATTER_BASE);
+    TORCH_CHECK_WITH(TypeError, in.dtype() == out.dtype(), "input tensor must be the same type as the output tensor.");
+    TORCH_CHECK_WITH(ValueError, in.numel() == out.numel() * getSize(),
+                     "input tensor must be the same size as output size times world size");
+    check_op(opts.reduceOp, {in});
+    check_dtypes({in}, true);
+    return run({out}, OpType::_REDUCE_SCATTER_BASE, opts.asyncOp, [&] {
+      at::Tensor out_host = host_view(out);
+      auto flat_out = at::empty({out.numel()}, out_host.options());
+      _reduce_scatter_host(flat_out, host_view(in).reshape({-1}), opts);
+      out_host.copy_(flat_out.view(out_host.sizes()));
+    });
   }
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                           const c10d::ReduceScatterOptions& opts) override {
-    for (size_t i = 0; i < outs.size(); ++i) {
-      std::vector<at::Tensor> parts;
-      for (const auto& t : ins[i]) parts.push_back(host_view(t).reshape({-1}));
-      auto stacked = at::cat(parts);
-      at::Tensor out_flat = at::empty({outs[i].numel()}, stacked.options());
-      // reuse the flat path on host tensors, then copy into the (possibly strided) output
-      at::Tensor out_host = host_view(outs[i]);
-      _reduce_scatter_host(out_flat, stacked, opts);
-      out_host.copy_(out_flat.view(out_host.sizes()));
-    }
-    return c10::make_intrusive<DoneWork>(outs, OpType::REDUCE_SCATTER);
+    check_op(opts.reduceOp, outs);
+    check_dtypes(outs, true);
+    return run(outs, OpType::REDUCE_SCATTER, opts.asyncOp, [&] {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        std::vector<at::Tensor> parts;
+        for (const auto& t : ins[i]) parts.push_back(host_view(t).reshape({-1}));
+        auto stacked = at::cat(parts);
+        at::Tensor out_flat = at::empty({outs[i].numel()}, stacked.options());
+        at::Tensor out_host = host_view(outs[i]);
+        _reduce_scatter_host(out_flat, stacked, opts);
+        out_host.copy_(out_flat.view(out_host.sizes()));
+      }
+    });
   }
 
   c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                                            const c10d::ReduceScatterOptions& opts) override {
-    for (size_t i = 0; i < outs.size(); ++i) _reduce_scatter_base(outs[i], ins[i], opts);
-    return c10::make_intrusive<DoneWork>(outs, OpType::COALESCED);
+    check_op(opts.reduceOp, ins);
+    check_dtypes(ins, true);
+    return run(outs, OpType::COALESCED, opts.asyncOp, [&] {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        at::Tensor out_host = host_view(outs[i]);
+        auto flat_out = at::empty({outs[i].numel()}, out_host.options());
+        _reduce_scatter_host(flat_out, host_view(ins[i]).reshape({-1}), opts);
+        out_host.copy_(flat_out.view(out_host.sizes()));
+      }
+    });
   }
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
                                          std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
-    auto vo = host_view(out);
-    auto vi = host_view(in);
-    finish(gloo_->alltoall_base(vo, vi, out_splits, in_splits, opts));
-    return c10::make_intrusive<DoneWork>(std::vector<at::Tensor>{out}, OpType::ALLTOALL_BASE);
+    check_dtypes({in}, false);
+    return run({out}, OpType::ALLTOALL_BASE, opts.asyncOp, [&] {
+      auto vo = host_view(out);
+      auto vi = host_view(in);
+      finish(gloo_->alltoall_base(vo, vi, out_splits, in_splits, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                     const c10d::AllToAllOptions& opts) override {
-    auto vo = views(outs);
-    auto vi = views(ins);
-    finish(gloo_->alltoall(vo, vi, opts));
-    return c10::make_intrusive<DoneWork>(outs, OpType::ALLTOALL);
+    check_dtypes(ins, false);
+    return run(outs, OpType::ALLTOALL, opts.asyncOp, [&] {
+      auto vo = views(outs);
+      auto vi = views(ins);
+      finish(gloo_->alltoall(vo, vi, opts));
+    });
   }
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    check_dtypes(ts, false);
     auto v = views(ts);
     finish(gloo_->send(v, dst, tag));
     return c10::make_intrusive<DoneWork>(ts, OpType::SEND);
   }
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    check_dtypes(ts, false);
     auto v = views(ts);
     finish(gloo_->recv(v, src, tag));
     return c10::make_intrusive<DoneWork>(ts, OpType::RECV);
   }
 
+  // As ProcessGroupXCCL::barrier: an all-reduce of one element on device_ids[0], else the bound device, else the
+  // first device a collective used, else global rank % device count. Each emulated device belongs to one rank:
+  // a barrier on another rank's device is refused (XCCL would build a second communicator over it).
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
+    c10::DeviceIndex dev = -1;
+    if (!opts.device_ids.empty()) {
+      dev = static_cast<c10::DeviceIndex>(opts.device_ids[0]);
+    } else if (getBoundDeviceId().has_value()) {
+      dev = getBoundDeviceId()->index();
+    } else if (!used_.empty()) {
+      dev = *used_.begin();
+    } else {
+      dev = static_cast<c10::DeviceIndex>(getRank() % c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->deviceCount());
+      TORCH_WARN("using GPU ", static_cast<int>(dev), " as device used by this process is currently unknown. ",
+                 "This can potentially cause a hang if this rank to GPU mapping is incorrect. ",
+                 "You can specify device_id in init_process_group() to force use of a particular device.");
+    }
+    TORCH_CHECK_WITH(ValueError, dev >= 0, "Failed to infer a GPU device id to perform barrier. ");
+    c10::DeviceIndex own = getBoundDeviceId().has_value() ? getBoundDeviceId()->index()
+                           : !used_.empty()               ? *used_.begin()
+                                                          : c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->getDevice().index();
+    TORCH_CHECK_WITH(DistBackendError, dev == own, "XCCL barrier on xpu:", static_cast<int>(dev), ", but rank ",
+                     getRank(), " runs on xpu:", static_cast<int>(own), " (emulated: each device belongs to one ",
+                     "rank; pass device_ids=[", static_cast<int>(own), "] or init_process_group(device_id=...))");
+    used_.insert(dev);
     c10d::BarrierOptions o;  // gloo synchronises host threads; device ids mean nothing to it
     o.timeout = opts.timeout;
     finish(gloo_->barrier(o));
@@ -244,7 +393,6 @@ class EmuXccl final : public c10d::Backend {
 
  private:
   void _reduce_scatter_host(at::Tensor& out_flat, const at::Tensor& in_flat, const c10d::ReduceScatterOptions& opts) {
-    check_op(opts.reduceOp);
     std::vector<at::Tensor> sum{in_flat.clone()};
     c10d::AllreduceOptions o;
     o.reduceOp = is_avg(opts.reduceOp) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
@@ -255,7 +403,24 @@ class EmuXccl final : public c10d::Backend {
     out_flat.copy_(mine);
   }
 
+  void allreduce_now(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) {
+    auto v = views(ts);
+    auto o = opts;
+    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+    finish(gloo_->allreduce(v, o));
+    if (is_avg(opts.reduceOp))
+      for (auto& t : v) t.div_(getSize());
+  }
+
+  void allgather_base_now(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) {
+    auto chunks = host_view(out).view({-1}).chunk(getSize());
+    std::vector<std::vector<at::Tensor>> vo{std::vector<at::Tensor>(chunks.begin(), chunks.end())};
+    std::vector<at::Tensor> vi{host_view(in).view({-1})};
+    finish(gloo_->allgather(vo, vi, opts));
+  }
+
   c10::intrusive_ptr<c10d::Backend> gloo_;
+  std::set<c10::DeviceIndex> used_;  // devices this rank's collectives ran on
 };
 
 // ---- c10d operators for the XPU dispatch key --------------------------------------------------------

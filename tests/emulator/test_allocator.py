@@ -1,0 +1,74 @@
+"""The caching allocator model: block and segment rounding, caching, empty_cache, out-of-memory."""
+
+from __future__ import annotations
+
+import json
+import re
+
+MiB = 2**20
+
+
+def test_reserved_segments_cache_and_empty_cache(run_emulated):
+    out = run_emulated(
+        """
+        import json, torch
+        torch.xpu.init()
+        r = {}
+        def books():
+            return [torch.xpu.memory_allocated(), torch.xpu.memory_reserved()]
+        a = torch.empty(3, device="xpu")                    # 12 bytes: one 512-byte block of a 2 MiB segment
+        r["small"] = books()
+        b = torch.empty(5 * 2**20, dtype=torch.uint8, device="xpu")   # a 20 MiB segment
+        c = torch.empty(21 * 2**20, dtype=torch.uint8, device="xpu")  # too big for b's rest: 22 MiB, unsplit
+        r["large"] = books()
+        d = torch.empty(3 * 2**20, dtype=torch.uint8, device="xpu")   # carved out of b's segment
+        stats = torch.xpu.memory_stats()
+        r["segments"] = [stats["segment.all.current"], stats["segment.large_pool.current"]]
+        r["split"] = [stats["inactive_split.large_pool.current"], stats["inactive_split_bytes.large_pool.current"]]
+        del a, b, c, d
+        r["freed"] = books()                                # freed blocks stay cached
+        torch.xpu.empty_cache()
+        r["emptied"] = books()
+        r["groups"] = sorted({k.split(".")[0] for k in torch.xpu.memory_stats() if "." in k})
+        print(json.dumps(r))
+        """
+    )
+    r = json.loads(out)
+    assert r["small"] == [512, 2 * 2**20]
+    assert r["large"] == [512 + 5 * 2**20 + 22 * 2**20, 2 * 2**20 + 20 * 2**20 + 22 * 2**20]
+    assert r["segments"] == [3, 2]
+    assert r["split"] == [1, 12 * 2**20]                   # 20 MiB - 5 MiB - 3 MiB left in b's segment
+    assert r["freed"] == [0, 44 * 2**20]
+    assert r["emptied"] == [0, 0]
+    assert r["groups"] == [
+        "active", "active_bytes", "allocated_bytes", "allocation", "inactive_split", "inactive_split_bytes",
+        "requested_bytes", "reserved_bytes", "segment",
+    ]
+
+
+def test_out_of_memory_counts_reserved_segments(run_emulated):
+    out = run_emulated(
+        """
+        import json, torch
+        torch.xpu.set_per_process_memory_fraction(24 * 2**20 / (64 * 2**30))   # 24 MiB allowed on a 64 GiB stack
+        keep = torch.empty(1, device="xpu")                             # 2 MiB segment
+        big = torch.empty(12 * 2**20, dtype=torch.uint8, device="xpu")  # 12 MiB segment
+        del big                                                         # cached: reserved stays at 14 MiB
+        mid = torch.empty(13 * 2**20, dtype=torch.uint8, device="xpu")  # needs 14 MiB: frees the cached segment
+        r = {"retried": [torch.xpu.memory_stats()["segment.all.current"], torch.xpu.memory_reserved()]}
+        try:
+            more = torch.empty(4 * 2**20, dtype=torch.uint8, device="xpu")   # a 20 MiB segment: 16 + 20 > 24 MiB
+        except torch.OutOfMemoryError as e:
+            r["oom"] = str(e)
+        print(json.dumps(r))
+        """
+    )
+    r = json.loads(out)
+    assert r["retried"] == [2, 16 * MiB]                   # the cached 12 MiB segment went back
+    assert re.fullmatch(
+        r"XPU out of memory\. Tried to allocate 20\.00 MiB\. GPU 0 has a total capacity of 64\.00 GiB of which "
+        r"63\.98 GiB is free\. 24\.00 MiB allowed; Of the allocated memory 14\.00 MiB is allocated by PyTorch, "
+        r"and 2\.00 MiB is reserved by PyTorch but unallocated\. Please use `empty_cache` to release all "
+        r"unoccupied cached memory\.",
+        r["oom"],
+    ), r["oom"]
