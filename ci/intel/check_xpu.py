@@ -39,10 +39,10 @@ def problem(min_devices: int = 1) -> str | None:
     try:
         import torch
     except ImportError:
-        return "torch is not installed; install an XPU build first: ci/intel/install_torch.sh nightly|release"
+        return "torch is not installed; install an XPU build first: ci/intel/install_torch.sh nightly|release|floor"
     if getattr(torch.version, "xpu", None) is None or not hasattr(torch, "xpu"):
         return (f"torch {torch.__version__} is not an XPU build (torch.version.xpu is None); install one with "
-                "ci/intel/install_torch.sh nightly|release")
+                "ci/intel/install_torch.sh nightly|release|floor")
     if not torch.xpu.is_available() or torch.xpu.device_count() == 0:
         settings = ", ".join(f"{v}={os.environ[v]}" for v in _VISIBILITY_VARS if v in os.environ) or "none set"
         return ("torch.xpu.is_available() is False: check the Intel GPU driver and Level Zero runtime (`clinfo`, "

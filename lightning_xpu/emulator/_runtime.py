@@ -63,6 +63,7 @@ def enable(num_devices: int, profile_key: str) -> None:
                 f"torch {torch.__version__} is a real XPU build; the XPU emulator only runs on CPU builds of torch. "
                 "Unset LIGHTNING_XPU_EMULATOR to use the real devices."
             )
+        _check_cpu_only_build(torch)
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
@@ -93,6 +94,16 @@ def enable(num_devices: int, profile_key: str) -> None:
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
+
+
+def _check_cpu_only_build(torch: Any) -> None:
+    """Refuse a CUDA or ROCm build before loading anything: such a torch takes only its own accelerator."""
+    other = next((f"{name} {v}" for name, v in (("CUDA", torch.version.cuda), ("ROCm", torch.version.hip)) if v), None)
+    if other is not None:
+        raise RuntimeError(
+            f"torch {torch.__version__} is a {other} build, and the XPU emulator runs only on a CPU-only build of "
+            "torch (tested: 2.13.0), such as `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`."
+        )
 
 
 def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:

@@ -34,7 +34,7 @@ def test_dry_run_without_an_intel_gpu_stops_with_no_xpu_visible(tmp_path, script
     assert proc.returncode == 1
     output = proc.stdout + proc.stderr
     assert f"ERROR: no XPU visible: torch {torch.__version__} is not an XPU build" in output
-    assert "install one with ci/intel/install_torch.sh nightly|release" in output
+    assert "install one with ci/intel/install_torch.sh nightly|release|floor" in output
     assert not out.exists()  # nothing was built, installed or written
 
 
@@ -115,7 +115,7 @@ def test_workflow_runs_the_scripts_on_intel_runners_for_each_torch_channel():
     assert "schedule" in triggers and "pull_request" in triggers and "workflow_dispatch" in triggers
     job = workflow["jobs"]["xpu-tier"]
     assert job["runs-on"] == ["self-hosted", "linux", "intel-xpu"]
-    assert job["strategy"]["matrix"]["torch"] == ["nightly", "release"]
+    assert job["strategy"]["matrix"]["torch"] == ["nightly", "release", "floor"]
     assert job["strategy"]["matrix"]["lightning"] == ["2.6.6"]
     assert job["strategy"]["fail-fast"] is False
     runs = "\n".join(s.get("run", "") for s in job["steps"])

@@ -356,3 +356,25 @@ def test_structured_functional_ops_run_their_functional_kernel(run_emulated):
         """
     )
     assert out.strip() == "torch.float32 torch.Size([]) torch.Size([4, 1]) [2.0, 2.0, 2.0]"
+
+
+def test_cuda_build_is_refused_before_loading(run_emulated):
+    out = run_emulated(
+        """
+        import torch
+        from lightning_xpu import emulator
+
+        torch.version.cuda = "13.0"  # what a CUDA build of torch reports
+        try:
+            emulator.enable(2)
+        except RuntimeError as err:
+            print(err)
+        print(emulator.is_enabled(), torch._C._get_accelerator().type, torch.__version__)
+        """,
+        devices=None,
+    )
+    message, state = out.strip().splitlines()
+    enabled, accelerator, version = state.split()
+    assert (enabled, accelerator) == ("False", "cpu")
+    assert message.startswith(f"torch {version} is a CUDA 13.0 build, and the XPU emulator runs only on a CPU-only")
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in message
