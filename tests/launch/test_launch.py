@@ -174,6 +174,14 @@ def _check_trained_together(reports: list[dict], environment: str, per_node: int
     assert all(r["weights"] == reports[0]["weights"] for r in reports)
 
 
+def _check_each_on_its_xpu(reports: list[dict]) -> None:
+    """Local rank i trained on ``xpu:i``, with the forward pass in bf16."""
+    for report in reports:
+        device = f"xpu:{report['local_rank']}"
+        assert report["root_device"] == device
+        assert report["forward"] == [[device, "torch.bfloat16"]]
+
+
 def test_torchrun_two_nodes(launch, tmp_path):
     """``torchrun --nnodes 2 --nproc-per-node 2`` started twice ("two nodes") with one c10d rendezvous."""
     env = _environment(launch.tag)
@@ -182,10 +190,7 @@ def test_torchrun_two_nodes(launch, tmp_path):
     assert launch.wait(LAUNCH_TIMEOUT) == [0, 0], launch.output()
     reports = _reports(tmp_path, 4)
     _check_trained_together(reports, "TorchElasticEnvironment", per_node=2)
-    for report in reports:
-        device = f"xpu:{report['local_rank']}"
-        assert report["root_device"] == device
-        assert report["forward"] == [[device, "torch.bfloat16"]]
+    _check_each_on_its_xpu(reports)
     launch.assert_no_orphans()
 
 
@@ -196,10 +201,7 @@ def test_mpiexec_four_ranks_two_nodes(launch, tmp_path, mpiexec):
     assert launch.wait(LAUNCH_TIMEOUT) == [0], launch.output()
     reports = _reports(tmp_path, 4)
     _check_trained_together(reports, "MPIEnvironment", per_node=2)
-    for report in reports:
-        device = f"xpu:{report['local_rank']}"
-        assert report["root_device"] == device
-        assert report["forward"] == [[device, "torch.bfloat16"]]
+    _check_each_on_its_xpu(reports)
     output = launch.output()
     for rank in range(4):
         assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/4" in output
