@@ -202,9 +202,11 @@ def test_mpiexec_four_ranks_two_nodes(launch, tmp_path, mpiexec):
     reports = _reports(tmp_path, 4)
     _check_trained_together(reports, "MPIEnvironment", per_node=2)
     _check_each_on_its_xpu(reports)
+    # what Lightning logs: the global rank of each process, and the local rank of each on its node
     output = launch.output()
     for rank in range(4):
         assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/4" in output
+    assert output.count("LOCAL_RANK: 0 - ZE_AFFINITY_MASK") == output.count("LOCAL_RANK: 1 - ZE_AFFINITY_MASK") == 2
     launch.assert_no_orphans()
 
 
