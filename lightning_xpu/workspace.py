@@ -104,7 +104,7 @@ def export_workspace(repo: Path, output: Path, base: Base) -> list[str]:
             os.replace(Path(tmp) / name, output / name)
         os.replace(Path(tmp) / SERIES_FILE, output / SERIES_FILE)
         for name in stale:
-            (output / name).unlink()
+            (output / name).unlink(missing_ok=True)  # a listed patch may already be gone
     return names
 
 

@@ -59,6 +59,18 @@ def test_export_follows_edits_and_drops_stale_patches(fake_series: Series, base:
     assert [p.name for p in load_series(out).patches] == names
 
 
+def test_export_replaces_a_series_file_that_lists_missing_patches(
+    fake_series: Series, base: Base, tmp_path: Path
+) -> None:
+    repo = create_workspace(fake_series, base, tmp_path / "ws")
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    out = fake_series.directory
+    load_series(out).patches[-1].path.unlink()  # listed, gone, and no longer exported
+    names = export_workspace(repo, out, base)
+    assert [p.name for p in load_series(out).patches] == names
+    assert all((out / name).is_file() for name in names)
+
+
 def test_dirty_workspace_is_not_exported(fake_series: Series, base: Base, tmp_path: Path) -> None:
     repo = create_workspace(fake_series, base, tmp_path / "ws")
     (repo / "src/lightning/__init__.py").write_text("# edited\n")
