@@ -18,6 +18,7 @@ printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n'
 chmod +x /tmp/patched-python
 for py in python3 /tmp/patched-python; do "$py" -c "import lightning, torch; print(lightning.__version__, torch.__version__, torch.cuda.device_count())"; done
 files="tests_fabric/accelerators tests_fabric/test_connector.py tests_fabric/plugins/precision tests_fabric/strategies/test_ddp.py
+tests_fabric/strategies/test_fsdp.py tests_fabric/plugins/environments tests_pytorch/strategies/test_fsdp.py
 tests_pytorch/accelerators tests_pytorch/trainer/connectors/test_accelerator_connector.py tests_pytorch/plugins/precision
 tests_pytorch/models/test_gpu.py tests_pytorch/models/test_amp.py tests_pytorch/strategies/test_ddp.py"
 cd "$tests"
