@@ -41,8 +41,9 @@ REASONS = {
     "tensorrt": "Torch-TensorRT compiles for NVIDIA GPUs only.",
     "cuda-api": "The test exercises a CUDA-only API with no XPU counterpart in PyTorch or Lightning: nvidia-smi, "
     "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`), CUDA graphs.",
-    "comm-hook": "Lightning registers DDP communication hooks only on CUDA devices; the series makes "
-    "`DDPStrategy(ddp_comm_hook=...)` on XPU fail at construction instead of ignoring the hook (patch 14).",
+    "old-torch": "Upstream runs the test, or expects it to pass, only on PyTorch older than the series' floor (torch "
+    "2.8): `RunIf(max_torch=...)` or a strict xfail from 2.8 on. It checks nothing upstream with a PyTorch that runs "
+    "Lightning on XPUs.",
     "benchmark": "A speed or memory parity benchmark, not a behaviour test; the project measures speed with "
     "benchmarks/ (bench_xpu_step.py, bench_cuda_parity.py), never with timed tests.",
 }

@@ -133,7 +133,7 @@ def xpu_free_env() -> dict[str, str]:
     if _emulated():
         env.pop("LIGHTNING_XPU_EMULATOR")
     else:
-        env["ONEAPI_DEVICE_SELECTOR"] = "opencl:cpu"
+        env.update(ZE_AFFINITY_MASK="99", ONEAPI_DEVICE_SELECTOR="opencl:cpu")
     return env
 
 
