@@ -40,7 +40,8 @@ REASONS = {
     "transformer-engine": "NVIDIA TransformerEngine is CUDA-only; the series rejects it on XPU at construction.",
     "tensorrt": "Torch-TensorRT compiles for NVIDIA GPUs only.",
     "cuda-api": "The test exercises a CUDA-only API with no XPU counterpart in PyTorch or Lightning: nvidia-smi, "
-    "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`), CUDA graphs.",
+    "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`), NCCL's PREMUL_SUM reduction (XCCL has none), CUDA "
+    "graphs.",
     "old-torch": "Upstream runs the test, or expects it to pass, only on PyTorch older than the series' floor (torch "
     "2.8): `RunIf(max_torch=...)` or a strict xfail from 2.8 on. It checks nothing upstream with a PyTorch that runs "
     "Lightning on XPUs.",
