@@ -1,0 +1,238 @@
+"""The XPU test matrix: every upstream test marked ``RunIf(min_cuda_gpus=...)`` and its XPU twin(s) or why it has none.
+
+Upstream Lightning marks a few hundred tests as CUDA tests. ``ci/upstream_cuda_tests.txt`` lists them (one test
+function per line, from the base's release tag and from master); ``ci/cuda_matrix.tsv`` gives each of them one row::
+
+    UPSTREAM_TEST <TAB> TIER:TWIN [TIER:TWIN ...]     the XPU twin(s) in the series' tests and their tier
+    UPSTREAM_TEST <TAB> n/a:REASON                    it does not apply to XPU, for one of REASONS below
+    UPSTREAM_TEST <TAB> todo                          it applies, but the series has no twin yet
+
+A twin is a test id as the series' tests are laid out (``tests_fabric/...py::name``, optionally with ``[params]``).
+The tier is where the twin runs: ``mocked`` (no XPU needed), ``emulated`` (``RunIf(min_xpu_gpus=N)``), ``standalone``
+(``RunIf(min_xpu_gpus=N, standalone=True)``, one process each) or ``real-hardware`` (an XPU test that only Intel
+GPUs can run). ``tests/tooling/test_cuda_matrix.py`` checks the map against the list, the reasons against REASONS,
+and that every named twin is collected from the patched tree with the tier it claims.
+
+    python ci/cuda_matrix.py --table                  print the README's count tables
+    python ci/cuda_matrix.py --scan CHECKOUT [REF...] list the CUDA-marked tests of an upstream git checkout
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAP = HERE / "cuda_matrix.tsv"
+UPSTREAM = HERE / "upstream_cuda_tests.txt"
+
+TIERS = ("mocked", "emulated", "standalone", "real-hardware")
+REASONS = {
+    "deepspeed": "DeepSpeed has no XPU support in Lightning; the series rejects `strategy='deepspeed'` with an XPU at "
+    "construction (tested by the connector tests of patches 3 and 12).",
+    "bitsandbytes": "bitsandbytes' quantized layers are CUDA kernels; the series rejects the plugin on XPU at "
+    "construction (patch 3).",
+    "transformer-engine": "NVIDIA TransformerEngine is CUDA-only; the series rejects it on XPU at construction.",
+    "tensorrt": "Torch-TensorRT compiles for NVIDIA GPUs only.",
+    "cuda-api": "The test exercises a CUDA-only API with no XPU counterpart in PyTorch or Lightning: nvidia-smi, "
+    "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`), NCCL's PREMUL_SUM reduction (XCCL has none), CUDA "
+    "graphs.",
+    "old-torch": "Upstream runs the test, or expects it to pass, only on PyTorch older than the series' floor (torch "
+    "2.8): `RunIf(max_torch=...)` or a strict xfail from 2.8 on. It checks nothing upstream with a PyTorch that runs "
+    "Lightning on XPUs.",
+    "benchmark": "A speed or memory parity benchmark, not a behaviour test; the project measures speed with "
+    "benchmarks/ (bench_xpu_step.py, bench_cuda_parity.py), never with timed tests.",
+}
+
+# upstream areas for the README's counts: (suite, folder) or a keyword of the file name for the strategies
+_STRATEGY_AREAS = (("deepspeed", "DeepSpeed"), ("fsdp", "FSDP"), ("model_parallel", "ModelParallel"),
+                   ("ddp", "DDP"))
+
+
+@dataclass(frozen=True)
+class Twin:
+    tier: str
+    test_id: str
+
+    @property
+    def function_id(self) -> str:
+        """``file::name`` without the parametrisation."""
+        return self.test_id.split("[", 1)[0]
+
+
+@dataclass(frozen=True)
+class Row:
+    upstream: str
+    twins: tuple[Twin, ...] = ()
+    reason: str | None = None
+    line: int = 0
+
+    @property
+    def status(self) -> str:
+        return "twin" if self.twins else "n/a" if self.reason else "todo"
+
+
+class MatrixError(ValueError):
+    """The map file is malformed."""
+
+
+def read_upstream(path: Path = UPSTREAM) -> list[str]:
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def read_map(path: Path = MAP) -> list[Row]:
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise MatrixError(f"{path.name}:{number}: expected two tab-separated fields, got {len(fields)}")
+        upstream, verdict = fields[0].strip(), fields[1].split()
+        if verdict == ["todo"]:
+            rows.append(Row(upstream, line=number))
+        elif len(verdict) == 1 and verdict[0].startswith("n/a:"):
+            rows.append(Row(upstream, reason=verdict[0].removeprefix("n/a:"), line=number))
+        else:
+            twins = []
+            for item in verdict:
+                tier, sep, test_id = item.partition(":")
+                if not sep or "::" not in test_id:
+                    raise MatrixError(f"{path.name}:{number}: {item!r} is not TIER:FILE::TEST, n/a:REASON or todo")
+                twins.append(Twin(tier, test_id))
+            rows.append(Row(upstream, twins=tuple(twins), line=number))
+    return rows
+
+
+def area(upstream: str) -> str:
+    path = upstream.split("::", 1)[0].removeprefix("tests/")
+    parts = path.split("/")
+    suite = {"tests_fabric": "Fabric", "tests_pytorch": "Trainer"}.get(parts[0], "parity")
+    if suite == "parity":
+        return "parity benchmarks"
+    if parts[1] == "strategies":
+        for keyword, name in _STRATEGY_AREAS:
+            if keyword in parts[-1]:
+                return f"{suite}: {name}"
+        return f"{suite}: other strategies"
+    folder = parts[1] if len(parts) > 2 else "top level"
+    return f"{suite}: {folder}"
+
+
+def counts_table(rows: list[Row]) -> str:
+    """The README's tables: rows per tier and reason, then per upstream area."""
+    tiers = Counter(t.tier for r in rows for t in r.twins)
+    with_twin = sum(1 for r in rows if r.twins)
+    reasons = Counter(r.reason for r in rows if r.reason)
+    todo = sum(1 for r in rows if r.status == "todo")
+    lines = [
+        f"{len(rows)} upstream CUDA tests: {with_twin} with XPU twins, {sum(reasons.values())} not applicable, "
+        f"{todo} applicable without a twin yet.",
+        "",
+        "| twins by tier | count |",
+        "|---|---|",
+        *(f"| {tier} | {tiers[tier]} |" for tier in TIERS),
+        "",
+        "| not applicable, reason | count |",
+        "|---|---|",
+        *(f"| `{reason}` | {reasons[reason]} |" for reason in REASONS if reasons[reason]),
+        "",
+        "| upstream area | CUDA tests | with twins | not applicable | no twin yet |",
+        "|---|---|---|---|---|",
+    ]
+    by_area: dict[str, Counter] = {}
+    for row in rows:
+        by_area.setdefault(area(row.upstream), Counter())[row.status] += 1
+    for name in sorted(by_area):
+        c = by_area[name]
+        lines.append(f"| {name} | {sum(c.values())} | {c['twin']} | {c['n/a']} | {c['todo']} |")
+    return "\n".join(lines) + "\n"
+
+
+def tier_of(markers: list[dict]) -> str:
+    """The tier of one collected test from its ``skipif`` marker keywords (as RunIf sets them)."""
+    if any(m.get("standalone") for m in markers) and any(m.get("min_xpu_gpus") for m in markers):
+        return "standalone"
+    if any(m.get("min_xpu_gpus") for m in markers):
+        return "emulated"
+    return "mocked"
+
+
+def problems(rows: list[Row], upstream: list[str], collected: dict[str, list[str]] | None) -> list[str]:
+    """Everything wrong with the map; ``collected`` maps collected node ids to their tiers (None: skip that part)."""
+    out = []
+    seen = Counter(r.upstream for r in rows)
+    out += [f"{u}: more than one row" for u, n in seen.items() if n > 1]
+    out += [f"{u}: no row in {MAP.name}" for u in upstream if u not in seen]
+    out += [f"{u}: row for a test that is not in {UPSTREAM.name}" for u in seen if u not in set(upstream)]
+    for row in rows:
+        if row.reason is not None and row.reason not in REASONS:
+            out.append(f"{MAP.name}:{row.line}: unknown reason {row.reason!r} (known: {', '.join(REASONS)})")
+        for twin in row.twins:
+            if twin.tier not in TIERS:
+                out.append(f"{MAP.name}:{row.line}: unknown tier {twin.tier!r} (known: {', '.join(TIERS)})")
+            if collected is None:
+                continue
+            exact = "[" in twin.test_id
+            items = [n for n in collected if (n == twin.test_id if exact else n.split("[", 1)[0] == twin.test_id)]
+            if not items:
+                out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} is not collected from the patched tree")
+                continue
+            wanted = "emulated" if twin.tier == "real-hardware" else twin.tier
+            if not any(wanted in collected[n] for n in items):
+                tiers = sorted({t for n in items for t in collected[n]})
+                out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} claims tier {twin.tier}, collected as {tiers}")
+    return out
+
+
+def scan_checkout(checkout: Path, ref: str) -> list[str]:
+    """The test functions of ``ref`` whose decorators call ``RunIf(min_cuda_gpus=...)``, as ``tests/...::name``."""
+    git = ["git", "-C", str(checkout)]
+    names = subprocess.run([*git, "ls-tree", "-r", "--name-only", ref, "tests"], check=True, capture_output=True,
+                           text=True).stdout.split()
+    found = []
+    for name in names:
+        if not (name.endswith(".py") and Path(name).name.startswith("test")):
+            continue
+        source = subprocess.run([*git, "show", f"{ref}:{name}"], check=True, capture_output=True, text=True).stdout
+        for node in ast.walk(ast.parse(source)):
+            is_test = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
+            if is_test and any(_marks_cuda(d) for d in node.decorator_list):
+                found.append(f"{name}::{node.name}")
+    return sorted(set(found))
+
+
+def _marks_cuda(decorator: ast.expr) -> bool:
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "RunIf"
+        and any(kw.arg == "min_cuda_gpus" for kw in node.keywords)
+        for node in ast.walk(decorator)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--table", action="store_true", help="print the README's count tables")
+    parser.add_argument("--scan", type=Path, metavar="CHECKOUT", help="list the CUDA tests of an upstream checkout")
+    parser.add_argument("refs", nargs="*", default=["2.6.5", "master"], help="refs to scan (default: 2.6.5 master)")
+    ns = parser.parse_args(argv)
+    if ns.scan:
+        print("\n".join(sorted({t for ref in ns.refs for t in scan_checkout(ns.scan, ref)})))
+        return 0
+    rows = read_map()
+    if ns.table:
+        print(counts_table(rows), end="")
+        return 0
+    found = problems(rows, read_upstream(), None)
+    print("\n".join(found) or f"{len(rows)} rows, no problems (twins not checked against a tree)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

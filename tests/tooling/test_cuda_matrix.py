@@ -1,0 +1,88 @@
+"""The XPU test matrix (ci/cuda_matrix.tsv) maps every upstream CUDA test to XPU twins that exist, or to a reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ci import cuda_matrix
+from lightning_xpu.base import Base
+from lightning_xpu.series import load_series
+from lightning_xpu.workspace import create_workspace
+
+from .conftest import PATCHES, REPO
+
+_TIER_FILTERS_OFF = {"RUN_ONLY_XPU_TESTS": "0", "RUN_ONLY_CUDA_TESTS": "0", "PL_RUN_STANDALONE_TESTS": "0",
+                     "LIGHTNING_XPU_EMULATOR": "0"}
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory, base: Base, cache: Path) -> dict[str, list[str]]:
+    """Every test the real series carries, collected from the patched tree, with its tier."""
+    root = tmp_path_factory.mktemp("matrix")
+    tree = create_workspace(load_series(PATCHES), base, root / "tree", cache)
+    out = root / "collected.json"
+    env = {**os.environ, **_TIER_FILTERS_OFF, "CUDA_MATRIX_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "ci"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests/series/run.py"), "--tree", str(tree), "--src", "--",
+         "--collect-only", "-q", "-p", "cuda_matrix_collect"],
+        env=env, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_every_upstream_cuda_test_has_one_valid_row() -> None:
+    rows = cuda_matrix.read_map()
+    assert cuda_matrix.problems(rows, cuda_matrix.read_upstream(), None) == []
+    assert len(rows) == len(cuda_matrix.read_upstream())
+
+
+def test_every_twin_is_collected_from_the_patched_tree_with_its_tier(collected: dict[str, list[str]]) -> None:
+    rows = cuda_matrix.read_map()
+    assert sum(len(r.twins) for r in rows) > 0
+    assert cuda_matrix.problems(rows, cuda_matrix.read_upstream(), collected) == []
+
+
+def test_the_check_catches_a_missing_row_a_bad_reason_and_a_twin_that_does_not_exist(
+    collected: dict[str, list[str]],
+) -> None:
+    rows = cuda_matrix.read_map()
+    upstream = cuda_matrix.read_upstream()
+    twin_row = next(r for r in rows if r.twins)
+    broken = [
+        cuda_matrix.Row(rows[0].upstream, reason="not-a-reason"),
+        cuda_matrix.Row(twin_row.upstream, twins=(cuda_matrix.Twin("emulated", "tests_fabric/test_nothing.py::x"),)),
+        *(r for r in rows[1:] if r.upstream not in {twin_row.upstream, rows[-1].upstream}),
+    ]
+    found = "\n".join(cuda_matrix.problems(broken, upstream, collected))
+    assert "unknown reason 'not-a-reason'" in found
+    assert "twin tests_fabric/test_nothing.py::x is not collected" in found
+    assert f"{rows[-1].upstream}: no row" in found
+
+
+def test_the_check_catches_a_twin_in_the_wrong_tier(collected: dict[str, list[str]]) -> None:
+    mocked = next(n for n, tiers in collected.items() if tiers == ["mocked"])
+    row = cuda_matrix.Row("tests/x.py::test_x", twins=(cuda_matrix.Twin("standalone", mocked),))
+    assert cuda_matrix.problems([row], ["tests/x.py::test_x"], collected) == [
+        f"{cuda_matrix.MAP.name}:0: twin {mocked} claims tier standalone, collected as ['mocked']"
+    ]
+
+
+def test_readme_shows_the_current_counts() -> None:
+    table = cuda_matrix.counts_table(cuda_matrix.read_map())
+    assert table in (REPO / "README.md").read_text(), "update the README: python ci/cuda_matrix.py --table"
+
+
+@pytest.mark.skipif(not os.environ.get("LIGHTNING_UPSTREAM_CHECKOUT"), reason="needs $LIGHTNING_UPSTREAM_CHECKOUT "
+                    "(an upstream git checkout); this CI cannot reach GitHub")
+def test_upstream_list_matches_the_checkout() -> None:
+    checkout = Path(os.environ["LIGHTNING_UPSTREAM_CHECKOUT"])
+    found = {t for ref in ("2.6.5", "master") for t in cuda_matrix.scan_checkout(checkout, ref)}
+    assert found == set(cuda_matrix.read_upstream())
