@@ -1,0 +1,147 @@
+"""Port the release series onto a master-variant workspace: replay the patches it lacks with ``git am -3``.
+
+The release series (``patches/``) is made against the 2.6.6 sdist; the master variant (``patches/master``) is the
+same series rebased onto upstream master, plus the edits to upstream's existing files that only master can carry.
+A release patch is in the master workspace when a commit after the base has the same subject. ``port`` applies the
+missing ones, in series order, with ``git am -3`` and three aids so that a human is needed only for a real conflict:
+
+- the file versions every release patch starts from and produces are stored in the workspace first, so that the
+  three-way merge has the patch's preimage (it is the sdist's, not in upstream's history);
+- CHANGELOG.md files merge with ``lightning_xpu.changelog_merge`` (new entries go to the end of their section);
+- ``git rerere`` is on, so a conflict resolved once is resolved the same way when the series is ported again.
+
+A real conflict stops the port with the ``git am`` session open: resolve it, ``git add`` the files,
+``git am --continue``, and run ``port`` again for the remaining patches.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightning_xpu._git import BASE_IDENT, clean_env, git_executable, run_git
+from lightning_xpu.errors import ToolError
+from lightning_xpu.series import Patch, Series
+
+_COMMITTER = {k: BASE_IDENT[k] for k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}
+_TAG = "lightning-xpu/base"
+
+
+@dataclass
+class PortResult:
+    """What ``port`` did: patches applied (how), the one that stopped it, and master commits the release lacks."""
+
+    applied: list[tuple[str, str]] = field(default_factory=list)  # (patch name, "clean" | "3-way" | "rerere")
+    already_present: list[str] = field(default_factory=list)
+    conflict: str | None = None
+    conflicted_files: list[str] = field(default_factory=list)
+    out_of_order: list[str] = field(default_factory=list)
+    master_only: list[str] = field(default_factory=list)
+
+
+def seed_series_blobs(repo: Path, series: Series, base: Path) -> None:
+    """Store in ``repo`` every file version the series' patches start from and produce, applied to ``base``.
+
+    ``git am -3`` merges with the preimage blob a patch names in its ``index`` lines. The release series is made
+    against the sdist, so those blobs (the sdist's own files where they differ from git, and every intermediate state
+    of the series) are not in upstream's history; without them a patch that does not apply as is can only conflict.
+    """
+    from lightning_xpu.apply import apply_to_tree
+
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-blobs-") as tmp:
+        work = Path(tmp)
+        for rel in series.files:
+            if (base / rel).is_file():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(base / rel, work / rel)
+        _hash_objects(repo, work, series.files)
+        for patch in series.patches:
+            try:
+                apply_to_tree(Series(series.directory, (patch,)), work)
+            except ToolError:
+                return  # the series does not apply to its own base: the bisect check reports that
+            _hash_objects(repo, work, patch.files)
+
+
+def _hash_objects(repo: Path, work: Path, files: tuple[str, ...]) -> None:
+    paths = [str(work / rel) for rel in files if (work / rel).is_file()]
+    if paths:
+        subprocess.run([git_executable(), "hash-object", "-w", "--stdin-paths"], cwd=repo, env=clean_env(),
+                       input="\n".join(paths) + "\n", text=True, capture_output=True, check=True)
+
+
+def configure(repo: Path) -> None:
+    """Turn on rerere and the CHANGELOG merge driver in ``repo`` (its own config, not the user's)."""
+    driver = f"{shlex.quote(sys.executable)} -m lightning_xpu.changelog_merge %O %A %B"
+    for key, value in (("rerere.enabled", "true"), ("rerere.autoupdate", "true"),
+                       ("merge.lightning-xpu-changelog.name", "lightning-xpu CHANGELOG entries"),
+                       ("merge.lightning-xpu-changelog.driver", driver)):
+        run_git(["config", key, value], repo)
+    git_dir = Path(run_git(["rev-parse", "--absolute-git-dir"], repo).stdout.strip())
+    attributes = git_dir / "info" / "attributes"
+    attributes.parent.mkdir(parents=True, exist_ok=True)
+    line = "CHANGELOG.md merge=lightning-xpu-changelog\n"
+    text = attributes.read_text() if attributes.is_file() else ""
+    if line not in text:
+        attributes.write_text(text + line)
+
+
+def workspace_subjects(repo: Path) -> list[str]:
+    """Subjects of the commits after the base tag, oldest first."""
+    if run_git(["rev-parse", "--verify", "--quiet", f"refs/tags/{_TAG}"], repo, check=False).returncode != 0:
+        raise ToolError(f"{repo} has no tag {_TAG}; make it with `lightning-xpu workspace --series patches/master`")
+    return run_git(["log", "--reverse", "--format=%s", f"{_TAG}..HEAD"], repo).stdout.splitlines()
+
+
+def port(series: Series, repo: Path, base_tree: Path) -> PortResult:
+    """Apply to the workspace ``repo`` the patches of ``series`` whose subject it lacks; stop at a real conflict."""
+    repo = Path(repo).resolve()
+    git_dir = Path(run_git(["rev-parse", "--absolute-git-dir"], repo).stdout.strip())
+    if (git_dir / "rebase-apply").exists() or (git_dir / "rebase-merge").exists():
+        raise ToolError(f"{repo} is in the middle of a git am or rebase; finish it (git am --continue) first")
+    if run_git(["status", "--porcelain", "--untracked-files=no"], repo).stdout.strip():
+        raise ToolError(f"{repo} has uncommitted changes; commit them before porting")
+    present = workspace_subjects(repo)
+    subjects = [p.subject for p in series.patches]
+    result = PortResult(master_only=[s for s in present if s not in subjects])
+    todo = [p for p in series.patches if p.subject not in present]
+    if not todo:
+        return result
+    last_present = max((subjects.index(s) for s in present if s in subjects), default=-1)
+    result.out_of_order = [p.name for p in todo if subjects.index(p.subject) < last_present]
+    configure(repo)
+    seed_series_blobs(repo, series, base_tree)
+    for patch in todo:
+        outcome = _am(repo, patch)
+        if outcome is None:
+            result.conflict = patch.name
+            result.conflicted_files = run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.split()
+            return result
+        if outcome == "present":
+            result.already_present.append(patch.name)
+        else:
+            result.applied.append((patch.name, outcome))
+    return result
+
+
+def _am(repo: Path, patch: Patch) -> str | None:
+    """Apply one patch; return how ("clean", "3-way", "rerere", "present"), or None with the am session open."""
+    head = run_git(["rev-parse", "HEAD"], repo).stdout.strip()
+    check = run_git(["apply", "--check", str(patch.path)], repo, check=False)
+    proc = run_git(["am", "-3", "--quiet", "--committer-date-is-author-date", str(patch.path)], repo,
+                   env=_COMMITTER, check=False)
+    how = "clean" if check.returncode == 0 else "3-way"
+    if proc.returncode != 0:
+        if run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.strip():
+            return None
+        # rerere resolved every conflict and staged the result
+        cont = run_git(["am", "--continue"], repo, env={**_COMMITTER, "GIT_EDITOR": "true"}, check=False)
+        if cont.returncode != 0:
+            return None
+        how = "rerere"
+    return "present" if run_git(["rev-parse", "HEAD"], repo).stdout.strip() == head else how

@@ -1,0 +1,202 @@
+"""The master variant's tooling: upstream-based series, workspaces from a checkout, port, CHANGELOG merge."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lightning_xpu.base import load_base
+from lightning_xpu.changelog_merge import Unmergeable, merge
+from lightning_xpu.changelog_merge import main as merge_driver
+from lightning_xpu.errors import ToolError
+from lightning_xpu.port import port
+from lightning_xpu.series import load_series
+from lightning_xpu.upstream import UpstreamBase, load_upstream_base, resolve_checkout
+from lightning_xpu.workspace import BASE_TAG, create_upstream_workspace, export_workspace
+
+from .conftest import PATCHES, git, run_cli
+
+CHANGELOG_PATH = "src/lightning/fabric/CHANGELOG.md"
+MODULE = "src/lightning/fabric/accelerators/fake.py"
+SDIST_CHANGELOG = """# Changelog
+
+## [unreleased] - YYYY-MM-DD
+
+### Added
+
+-
+
+### Changed
+
+-
+
+---
+
+## [2.6.6] - 2026-09-10
+"""
+MODULE_SOURCE = "".join(f"LINE_{i} = {i}\n" for i in range(30))
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, Path]:
+    """A fake released tree, an upstream repo that moved on from it, and a one-patch release series against it."""
+    sdist = tmp_path / "sdist"
+    _write(sdist, CHANGELOG_PATH, SDIST_CHANGELOG)
+    _write(sdist, MODULE, MODULE_SOURCE)
+
+    upstream = tmp_path / "upstream"
+    shutil.copytree(sdist, upstream)
+    git(upstream, "init", "-q", "-b", "master")
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "release")
+    text = SDIST_CHANGELOG.replace("### Added\n\n-\n", "### Added\n\n- Added upstream's feature ([#1](x))\n\n"
+                                   "- Added upstream's other feature ([#2](x))\n")
+    _write(upstream, CHANGELOG_PATH, text)
+    _write(upstream, MODULE, MODULE_SOURCE.replace("LINE_12 = 12", "LINE_12 = 12  # upstream moved on"))
+    git(upstream, "commit", "-q", "-a", "-m", "upstream: a later change")
+
+    release = tmp_path / "release-ws"
+    shutil.copytree(sdist, release)
+    git(release, "init", "-q", "-b", "main")
+    git(release, "add", "-A")
+    git(release, "commit", "-q", "-m", "base")
+    git(release, "tag", BASE_TAG)
+    _write(release, MODULE, MODULE_SOURCE.replace("LINE_15 = 15", "LINE_15 = 'xpu'"))
+    _write(release, CHANGELOG_PATH, SDIST_CHANGELOG.replace("### Added\n\n-\n", "### Added\n\n- Added xpu\n"))
+    git(release, "commit", "-q", "-a", "-m", "fabric: add xpu")
+    release_series = tmp_path / "patches"
+    release_series.mkdir()
+    shutil.copy(PATCHES / "base.toml", release_series)
+    export_workspace(release, release_series, load_base(PATCHES))
+
+    master_series = tmp_path / "patches-master"
+    master_series.mkdir()
+    commit = git(upstream, "rev-parse", "HEAD").strip()
+    (master_series / "base.toml").write_text(
+        f'[upstream]\nrepository = "https://example.invalid/upstream"\nref = "master"\ncommit = "{commit}"\n')
+    (master_series / "series").write_text("# empty\n")
+    return {"sdist": sdist, "upstream": upstream, "release_ws": release, "release": release_series,
+            "master": master_series}
+
+
+def test_upstream_base_record_and_clear_errors(world: dict[str, Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    base = load_upstream_base(world["master"])
+    assert base.ref == "master" and len(base.commit) == 40
+    with pytest.raises(ToolError, match="upstream git commit"):
+        load_base(world["master"])
+    monkeypatch.delenv("LIGHTNING_UPSTREAM_CHECKOUT", raising=False)
+    with pytest.raises(ToolError, match="--upstream CHECKOUT"):
+        resolve_checkout(None, base)
+    with pytest.raises(ToolError, match="does not have commit"):
+        resolve_checkout(world["release_ws"], base)
+    monkeypatch.setenv("LIGHTNING_UPSTREAM_CHECKOUT", str(world["upstream"]))
+    assert resolve_checkout(None, base) == world["upstream"].resolve()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "base.toml").write_text('[upstream]\nrepository = "x"\nref = "master"\ncommit = "abc"\n')
+    with pytest.raises(ToolError, match="full 40-digit sha"):
+        load_upstream_base(bad)
+
+
+def test_port_workspace_export_round_trip(world: dict[str, Path], tmp_path: Path) -> None:
+    master = load_series(world["master"])
+    base = load_upstream_base(world["master"])
+    ws = create_upstream_workspace(master, base, world["upstream"], tmp_path / "ws")
+    assert git(ws, "rev-parse", BASE_TAG).strip() == base.commit
+
+    result = port(load_series(world["release"]), ws, world["sdist"])
+    assert result.applied == [("0001-fabric-add-xpu.patch", "3-way")] and result.conflict is None
+    assert "LINE_15 = 'xpu'" in (ws / MODULE).read_text()
+    assert "# upstream moved on" in (ws / MODULE).read_text()
+    # the entry goes to the end of its section, spaced like upstream's
+    assert "- Added upstream's other feature ([#2](x))\n\n- Added xpu\n\n### Changed\n\n-\n" in (
+        ws / CHANGELOG_PATH).read_text()
+    assert port(load_series(world["release"]), ws, world["sdist"]).applied == []  # nothing left to port
+
+    names = export_workspace(ws, world["master"], base)
+    assert names == ["0001-fabric-add-xpu.patch"]
+    header = (world["master"] / "series").read_text()
+    assert base.commit in header and "sdist" not in header
+    again = create_upstream_workspace(load_series(world["master"]), base, world["upstream"], tmp_path / "again")
+    assert (again / MODULE).read_text() == (ws / MODULE).read_text()
+    second = tmp_path / "second"
+    second.mkdir()
+    export_workspace(again, second, base)
+    for name in [*names, "series"]:
+        assert (second / name).read_bytes() == (world["master"] / name).read_bytes()
+
+
+def test_port_appends_only_new_patches_and_stops_at_a_real_conflict(world: dict[str, Path], tmp_path: Path) -> None:
+    base = load_upstream_base(world["master"])
+    ws = create_upstream_workspace(load_series(world["master"]), base, world["upstream"], tmp_path / "ws")
+    port(load_series(world["release"]), ws, world["sdist"])
+    # the release series grows by a patch that changes the line upstream changed too
+    release = world["release_ws"]
+    _write(release, MODULE, (release / MODULE).read_text().replace("LINE_12 = 12", "LINE_12 = 'xpu'"))
+    git(release, "commit", "-q", "-a", "-m", "fabric: change line twelve")
+    export_workspace(release, world["release"], load_base(PATCHES))
+    result = port(load_series(world["release"]), ws, world["sdist"])
+    assert result.applied == [] and result.conflict == "0002-fabric-change-line-twelve.patch"
+    assert result.conflicted_files == [MODULE]
+    assert (ws / ".git" / "rebase-apply").is_dir()  # the git am session is left open for a human
+    with pytest.raises(ToolError, match="middle of a git am"):
+        port(load_series(world["release"]), ws, world["sdist"])
+
+
+def test_workspace_leaves_out_files_whose_contents_the_checkout_lacks(world: dict[str, Path], tmp_path: Path) -> None:
+    upstream = world["upstream"]
+    _write(upstream, "docs/big.gif", "GIF89a not really\n")
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "docs: a large image")
+    blob = git(upstream, "rev-parse", "HEAD:docs/big.gif").strip()
+    (upstream / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # a mirror without its large blobs
+    commit = git(upstream, "rev-parse", "HEAD").strip()
+    base = UpstreamBase("https://example.invalid/upstream", "master", commit)
+    ws = create_upstream_workspace(load_series(world["master"]), base, upstream, tmp_path / "ws")
+    assert not (ws / "docs/big.gif").exists() and (ws / MODULE).is_file()
+    assert "docs/big.gif" in git(ws, "log", "-1", "--format=%B", BASE_TAG)
+    assert git(ws, "rev-parse", f"{BASE_TAG}~1").strip() == commit
+
+
+def test_cli_workspace_and_check_for_an_upstream_series(world: dict[str, Path], tmp_path: Path) -> None:
+    env = {"LIGHTNING_UPSTREAM_CHECKOUT": ""}
+    proc = run_cli("workspace", str(tmp_path / "ws"), "--series", str(world["master"]), env=env)
+    assert proc.returncode == 1 and "--upstream CHECKOUT" in proc.stderr
+    proc = run_cli("workspace", str(tmp_path / "ws"), "--series", str(world["master"]), "--upstream",
+                   str(world["upstream"]), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "upstream master" in proc.stdout
+    proc = run_cli("apply", "--check", "--series", str(world["master"]), "--upstream", str(world["upstream"]))
+    assert proc.returncode == 0 and "apply to upstream master" in proc.stdout, proc.stderr
+    for args in (["build"], ["apply", "--installed"]):
+        proc = run_cli(*args, "--series", str(world["master"]))
+        assert proc.returncode == 1 and "needs the release series" in proc.stderr
+    proc = run_cli("workspace", str(tmp_path / "other"), "--upstream", str(world["upstream"]))
+    assert proc.returncode == 1 and "pins the released sdists" in proc.stderr
+
+
+def test_changelog_merge_appends_entries_and_refuses_rewrites(tmp_path: Path) -> None:
+    ours = SDIST_CHANGELOG.replace("### Changed\n\n-\n", "### Changed\n\n- Changed a ([#3](x))\n\n- Changed b\n")
+    theirs = SDIST_CHANGELOG.replace("### Added\n\n-\n", "### Added\n\n- Added xpu\n").replace(
+        "### Changed\n\n-\n", "### Changed\n\n- Changed c\n")
+    merged = merge(SDIST_CHANGELOG, ours, theirs)
+    assert "### Added\n\n- Added xpu\n\n### Changed\n\n- Changed a ([#3](x))\n\n- Changed b\n\n- Changed c\n" in merged
+    with pytest.raises(Unmergeable, match="removes or rewrites"):
+        merge(SDIST_CHANGELOG, ours, SDIST_CHANGELOG.replace("## [2.6.6] - 2026-09-10", "## [2.6.6] - someday"))
+    paths = [tmp_path / n for n in ("base", "ours", "theirs")]
+    for path, text in zip(paths, (SDIST_CHANGELOG, ours, SDIST_CHANGELOG.replace("# Changelog", "# Changes")),
+                          strict=True):
+        path.write_text(text)
+    assert merge_driver([str(p) for p in paths]) == 0  # the conflict-free part: git merge-file handles it
+    paths[1].write_text(ours.replace("2026-09-10", "2026-09-11"))
+    paths[2].write_text(SDIST_CHANGELOG.replace("2026-09-10", "2026-09-12"))
+    assert merge_driver([str(p) for p in paths]) == 1
+    assert "<<<<<<< ours" in paths[1].read_text()
