@@ -312,6 +312,9 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
     if sha is None:
         raise ToolError(f"{ref!r} is not a commit, tag or branch in {checkout}")
     report = RefReport(ref, sha[:12], note, _display(series.directory))
+    # mirrors may lack large blobs (images under docs/): keep those files out of the work tree
+    patterns = ["/*", "!/*/", *(f"/{d}/" for d in ns.sparse), *(f"!/{path}" for path in missing_blobs(clone, sha))]
+    git(["sparse-checkout", "set", "--no-cone", *patterns], clone)
     git(["checkout", "--quiet", "--force", "--detach", sha], clone)
     git(["clean", "-fdxq"], clone)
     if dropped := drop_missing_blobs(clone):
@@ -420,9 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="lightning-xpu-replay-") as tmp:
             clone, started = Path(tmp) / "upstream", time.monotonic()
             git(["clone", "--quiet", "--shared", "--no-checkout", str(checkout), str(clone)], Path(tmp))
-            # a sparse checkout skips docs and notebooks: faster, and robust to mirrors without large blobs
-            git(["sparse-checkout", "set", *sorted(_sparse_dirs(series) | (_sparse_dirs(master) if master else set()))],
-                clone)
+            # a sparse checkout skips notebooks and what the series does not touch: faster
+            ns.sparse = sorted(_sparse_dirs(series) | (_sparse_dirs(master) if master else set()))
             try:
                 base = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
                 seed_series_blobs(clone, series, base)

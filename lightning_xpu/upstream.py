@@ -61,7 +61,7 @@ def _read(series_dir: Path) -> dict:
 
 def is_upstream_series(series_dir: Path) -> bool:
     """Whether the series in ``series_dir`` is made against an upstream commit rather than the sdists."""
-    return "upstream" in _read(series_dir)
+    return (series_dir / BASE_FILE).is_file() and "upstream" in _read(series_dir)
 
 
 def load_upstream_base(series_dir: Path) -> UpstreamBase:
