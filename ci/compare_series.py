@@ -10,6 +10,9 @@ added are compared (their place in the file always differs). Everything else is 
 - a file only one patch of a pair touches (on master: upstream's existing tests and docs, which the sdist lacks);
 - a block only in one patch of a pair (code rebased onto master's version of a function).
 
+A release test file ``test_x_xpu.py`` that the master variant folds into its upstream namesake ``test_x.py`` is
+compared by its code lines (imports and the file header left out) and listed as folded when they are the same.
+
     python ci/compare_series.py [--release patches] [--master patches/master] [--write FILE | --check FILE]
 
 ``--write`` stores the report as Markdown; ``--check`` fails when the stored report is not the current one (so the
@@ -20,6 +23,8 @@ input. Needs neither an upstream checkout nor the sdists: it reads only the patc
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.series import Patch, load_series  # noqa: E402
 
 CHANGELOG = "CHANGELOG.md"
+_IMPORTED_NAME = re.compile(r"\s+[A-Za-z_]\w*( as \w+)?,\s*")
 Block = tuple[str, ...]
 
 
@@ -71,6 +77,28 @@ def _changelog_entries(blocks: list[Block]) -> list[Block]:
             and line[1:].strip() != "-"]
 
 
+def _namesake(path: str) -> str:
+    stem = Path(path).stem
+    return str(Path(path).with_name(stem[: -len("_xpu")] + ".py")) if stem.endswith("_xpu") else ""
+
+
+def _code_lines(blocks: list[Block], new_file: bool) -> list[str]:
+    """The changed lines of a test file that are not imports (nor, for a new file, its header before the imports)."""
+    out, in_import, header = [], False, new_file
+    for line in (line for block in blocks for line in block):
+        text = line[1:]
+        if in_import:
+            in_import = text.strip() != ")"
+            continue
+        if text.startswith(("from ", "import ")):
+            in_import, header = text.rstrip().endswith("("), False
+            continue
+        if header or not text.strip() or _IMPORTED_NAME.fullmatch(text):
+            continue  # a name added to an import list that the diff shows without its `from` line
+        out.append(line)
+    return out
+
+
 @dataclass
 class PairReport:
     """The differences between the release and master versions of one patch."""
@@ -81,15 +109,29 @@ class PairReport:
     release_only_files: list[str] = field(default_factory=list)
     master_only_files: list[tuple[str, list[Block]]] = field(default_factory=list)
     blocks: list[tuple[str, list[Block], list[Block]]] = field(default_factory=list)  # file, release-only, master-only
+    folded: list[tuple[str, str]] = field(default_factory=list)  # (test file, namesake) whose code is the same
 
     @property
     def identical(self) -> bool:
+        """The same changes, test files folded into their namesakes included."""
         return not (self.release_only_files or self.master_only_files or self.blocks)
 
 
 def compare_pair(subject: str, release: Patch, master: Patch) -> PairReport:
     report = PairReport(subject, release.name, master.name)
     ours, theirs = file_blocks(release), file_blocks(master)
+    created = release.path.read_text(encoding="utf-8")
+    for path in list(ours):
+        namesake = _namesake(path)
+        if path not in theirs and namesake in theirs and namesake not in ours:
+            # the master variant folds the series' test file into its upstream namesake: compare the code only
+            new_file = f"diff --git a/{path} b/{path}\nnew file mode" in created
+            a, b = _code_lines(ours[path], new_file), _code_lines(theirs.pop(namesake), False)
+            if a == b:
+                report.folded.append((path, namesake))
+            else:
+                report.blocks.append((f"{path} -> {namesake}", [tuple(a)], [tuple(b)]))
+            del ours[path]
     for path in ours:
         if path not in theirs:
             report.release_only_files.append(path)
@@ -130,6 +172,10 @@ def _fence(blocks: list[Block], limit: int = 40) -> list[str]:
     return ["```diff", *lines, "```"]
 
 
+def _added_only(blocks: list[Block]) -> bool:
+    return len(blocks) == 1 and all(line.startswith("+") for line in blocks[0])
+
+
 def render(comparison: Comparison) -> str:
     """The report as Markdown."""
     same = [p for p in comparison.pairs if p.identical]
@@ -140,7 +186,11 @@ def render(comparison: Comparison) -> str:
         "fails when it is stale. Patches are paired by subject; changes are compared without context or line numbers; "
         f"for {CHANGELOG} only the entries are compared.",
         "",
-        f"- {len(comparison.pairs)} patches in both series, {len(same)} of them with identical changes",
+        f"- {len(comparison.pairs)} patches in both series, {len(same)} of them with identical changes "
+        "(a test file folded into its upstream namesake with the same code counts as identical)",
+        f"- test files folded into their upstream namesakes: "
+        f"{sum(len(p.folded) for p in comparison.pairs)}"
+        + "".join(f"\n  - `{a}` -> `{b}`" for p in comparison.pairs for a, b in p.folded),
         f"- only in the release series: {', '.join(comparison.release_only) or 'none'}",
         f"- only in the master variant: {', '.join(comparison.master_only) or 'none'}",
         "",
@@ -157,6 +207,12 @@ def render(comparison: Comparison) -> str:
             out += [f"- `{path}`: changed only on master (+{added} -{removed} lines)", ""]
         for path, release_blocks, master_blocks in pair.blocks:
             out += [f"- `{path}`: {len(release_blocks)} change(s) of the release series differ on master", ""]
+            if _added_only(release_blocks) and _added_only(master_blocks):
+                # a file both patches create: show how the master variant's version differs
+                diff = list(difflib.unified_diff([x[1:] for x in release_blocks[0]], [x[1:] for x in master_blocks[0]],
+                                                 "release series", "master variant", n=1, lineterm=""))
+                out += [*(f"  {line}" for line in ["```diff", *diff, "```"]), ""]
+                continue
             if release_blocks:
                 out += ["  release series:", "", *(f"  {line}" for line in _fence(release_blocks)), ""]
             if master_blocks:

@@ -8,7 +8,9 @@ missing ones, in series order, with ``git am -3`` and three aids so that a human
 - the file versions every release patch starts from and produces are stored in the workspace first, so that the
   three-way merge has the patch's preimage (it is the sdist's, not in upstream's history);
 - CHANGELOG.md files merge with ``lightning_xpu.changelog_merge`` (new entries go to the end of their section);
-- ``git rerere`` is on, so a conflict resolved once is resolved the same way when the series is ported again.
+- ``git rerere`` is on, so a conflict resolved once is resolved the same way when the series is ported again;
+- test files the patch adds or changes are folded into their upstream namesakes where ``lightning_xpu.testmerge``
+  allows, in the patch's own commit (a later change to a folded file is applied to the file and folded again).
 
 A real conflict stops the port with the ``git am`` session open: resolve it, ``git add`` the files,
 ``git am --continue``, and run ``port`` again for the remaining patches.
@@ -16,6 +18,7 @@ A real conflict stops the port with the ``git am`` session open: resolve it, ``g
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,9 +30,11 @@ from pathlib import Path
 from lightning_xpu._git import BASE_IDENT, clean_env, git_executable, run_git
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Patch, Series
+from lightning_xpu.testmerge import fold_tree, is_candidate, namesake_of, unfold_text
 
 _COMMITTER = {k: BASE_IDENT[k] for k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}
 _TAG = "lightning-xpu/base"
+_INDEX = re.compile(r"^index ([0-9a-f]+)\.\.[0-9a-f]+", re.M)
 
 
 @dataclass
@@ -44,12 +49,13 @@ class PortResult:
     master_only: list[str] = field(default_factory=list)
 
 
-def seed_series_blobs(repo: Path, series: Series, base: Path) -> None:
+def seed_series_blobs(repo: Path, series: Series, base: Path) -> dict[str, str]:
     """Store in ``repo`` every file version the series' patches start from and produce, applied to ``base``.
 
     ``git am -3`` merges with the preimage blob a patch names in its ``index`` lines. The release series is made
     against the sdist, so those blobs (the sdist's own files where they differ from git, and every intermediate state
     of the series) are not in upstream's history; without them a patch that does not apply as is can only conflict.
+    Returns the series' test files that may fold into a namesake, as the whole series leaves them.
     """
     from lightning_xpu.apply import apply_to_tree
 
@@ -64,8 +70,10 @@ def seed_series_blobs(repo: Path, series: Series, base: Path) -> None:
             try:
                 apply_to_tree(Series(series.directory, (patch,)), work)
             except ToolError:
-                return  # the series does not apply to its own base: the bisect check reports that
+                return {}  # the series does not apply to its own base: the bisect check reports that
             _hash_objects(repo, work, patch.files)
+        return {rel: (work / rel).read_text(encoding="utf-8") for rel in series.files
+                if is_candidate(rel) and (work / rel).is_file()}
 
 
 def _hash_objects(repo: Path, work: Path, files: tuple[str, ...]) -> None:
@@ -115,9 +123,9 @@ def port(series: Series, repo: Path, base_tree: Path) -> PortResult:
     last_present = max((subjects.index(s) for s in present if s in subjects), default=-1)
     result.out_of_order = [p.name for p in todo if subjects.index(p.subject) < last_present]
     configure(repo)
-    seed_series_blobs(repo, series, base_tree)
+    final = seed_series_blobs(repo, series, base_tree)
     for patch in todo:
-        outcome = _am(repo, patch)
+        outcome = _am(repo, patch, final)
         if outcome is None:
             result.conflict = patch.name
             result.conflicted_files = run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.split()
@@ -129,8 +137,66 @@ def port(series: Series, repo: Path, base_tree: Path) -> PortResult:
     return result
 
 
-def _am(repo: Path, patch: Patch) -> str | None:
+def _preimage(patch: Patch, path: str) -> str | None:
+    """The blob id ``patch`` names as the version of ``path`` it starts from (None for a new file)."""
+    text = patch.path.read_text(encoding="utf-8")
+    section = text.split(f"diff --git a/{path} b/{path}\n", 1)
+    if len(section) < 2 or not (m := _INDEX.search(section[1].split("\n@@", 1)[0])):
+        return None
+    return None if set(m.group(1)) == {"0"} else m.group(1)
+
+
+def _unfold(repo: Path, patch: Patch) -> list[str]:
+    """Before ``patch`` changes a test file the workspace folded into its namesake, restore the file and take its
+    body out of the namesake (one temporary commit); return the restored paths."""
+    restored = []
+    for path in patch.files:
+        blob = _preimage(patch, path)
+        if not is_candidate(path) or blob is None or (repo / path).exists():
+            continue
+        old = run_git(["cat-file", "-p", blob], repo, check=False)
+        fold = namesake_of(path)
+        if old.returncode != 0 or not (repo / fold).is_file():
+            continue
+        namesake = unfold_text((repo / fold).read_text(encoding="utf-8"), old.stdout)
+        if namesake is None:
+            continue  # not folded as is: git am reports the missing file, and a human decides
+        (repo / fold).write_text(namesake, encoding="utf-8")
+        (repo / path).write_text(old.stdout, encoding="utf-8")
+        restored.append(path)
+    if restored:
+        run_git(["add", "-A", "--", *restored, *(namesake_of(p) for p in restored)], repo)
+        run_git(["commit", "--quiet", "--no-verify", "-m", "lightning-xpu: unfold " + ", ".join(restored)], repo,
+                env=_COMMITTER)
+    return restored
+
+
+def _fold(repo: Path, patch: Patch, unfolded: list[str], final: dict[str, str]) -> None:
+    """Fold the test files the patch just added or changed, into the patch's own commit."""
+    candidates = [p for p in patch.files if is_candidate(p) and (repo / p).is_file()]
+    folds = fold_tree(repo, candidates, final)
+    if unfolded:  # squash the temporary unfold commit into the patch's commit
+        message = run_git(["log", "-1", "--format=%H"], repo).stdout.strip()
+        run_git(["reset", "--soft", "HEAD~2"], repo)
+        run_git(["add", "-A", "--", "."], repo)
+        run_git(["commit", "--quiet", "--no-verify", "-C", message], repo, env=_COMMITTER)
+    elif any(f.folds for f in folds):
+        run_git(["add", "-A", "--", "."], repo)
+        run_git(["commit", "--quiet", "--no-verify", "--amend", "--no-edit"], repo, env=_COMMITTER)
+
+
+def _am(repo: Path, patch: Patch, final: dict[str, str]) -> str | None:
     """Apply one patch; return how ("clean", "3-way", "rerere", "present"), or None with the am session open."""
+    unfolded = _unfold(repo, patch)
+    how = _am_one(repo, patch)
+    if how in ("clean", "3-way", "rerere"):
+        _fold(repo, patch, unfolded, final)
+    elif how == "present" and unfolded:
+        run_git(["reset", "--hard", "--quiet", "HEAD~1"], repo)
+    return how
+
+
+def _am_one(repo: Path, patch: Patch) -> str | None:
     head = run_git(["rev-parse", "HEAD"], repo).stdout.strip()
     check = run_git(["apply", "--check", str(patch.path)], repo, check=False)
     proc = run_git(["am", "-3", "--quiet", "--committer-date-is-author-date", str(patch.path)], repo,

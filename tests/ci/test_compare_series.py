@@ -69,3 +69,21 @@ def test_check_fails_on_a_stale_report(tmp_path):
     stored.write_text(stored.read_text().replace("identical", "same"))
     proc = subprocess.run([*args, "--check", str(stored)], capture_output=True, text=True)
     assert proc.returncode == 1 and "--write" in proc.stderr
+
+
+def test_a_test_file_folded_into_its_namesake_is_compared_by_its_code(tmp_path):
+    body = "\n\ndef test_sub():\n    assert sub(3, 2) == 1\n"
+    release = tmp_path / "release"
+    init_repo(release, FAKE_BASE)
+    commit(release, "fabric: test sub", {"tests/test_calc_xpu.py": '"""Header."""\n\nfrom calc import sub\n' + body})
+    master = tmp_path / "master"
+    init_repo(master, {**FAKE_BASE, "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    pass\n"})
+    commit(master, "fabric: test sub", {"tests/test_calc.py": "from calc import add, sub\n\n\ndef test_add():\n"
+                                        "    pass\n" + body})
+    same = compare(make_series(release, "HEAD~1", tmp_path / "p1"), make_series(master, "HEAD~1", tmp_path / "p2"))
+    assert same.pairs[0].identical and same.pairs[0].folded == [("tests/test_calc_xpu.py", "tests/test_calc.py")]
+    commit(master, "fabric: test sub", {"tests/test_calc.py": "from calc import add, sub\n\n\ndef test_add():\n"
+                                        "    pass\n" + body.replace("== 1", "== 2")})
+    differs = compare(make_series(release, "HEAD~1", tmp_path / "p3"), make_series(master, "HEAD~2", tmp_path / "p4"))
+    assert not differs.pairs[0].identical
+    assert differs.pairs[0].blocks[0][0] == "tests/test_calc_xpu.py -> tests/test_calc.py"

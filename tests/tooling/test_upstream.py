@@ -12,7 +12,7 @@ from lightning_xpu.changelog_merge import Unmergeable, merge
 from lightning_xpu.changelog_merge import main as merge_driver
 from lightning_xpu.errors import ToolError
 from lightning_xpu.port import port
-from lightning_xpu.series import load_series
+from lightning_xpu.series import Series, load_series
 from lightning_xpu.upstream import UpstreamBase, load_upstream_base, resolve_checkout
 from lightning_xpu.workspace import BASE_TAG, create_upstream_workspace, export_workspace
 
@@ -200,3 +200,78 @@ def test_changelog_merge_appends_entries_and_refuses_rewrites(tmp_path: Path) ->
     paths[2].write_text(SDIST_CHANGELOG.replace("2026-09-10", "2026-09-12"))
     assert merge_driver([str(p) for p in paths]) == 1
     assert "<<<<<<< ours" in paths[1].read_text()
+
+
+NAMESAKE = "tests/tests_fabric/test_fake.py"
+NAMESAKE_SOURCE = '''import pytest
+
+from lightning.fabric.accelerators.fake import LINE_1
+
+
+def test_line_1():
+    assert LINE_1 == 1
+'''
+XPU_TEST = "tests/tests_fabric/test_fake_xpu.py"
+XPU_SOURCE = '''"""Tests of the fake module on xpu."""
+
+import pytest
+
+from lightning.fabric.accelerators.fake import LINE_15
+
+
+def test_line_15():
+    assert LINE_15 == "xpu"
+'''
+
+
+def test_plan_and_fold_text(tmp_path: Path) -> None:
+    from lightning_xpu.testmerge import fold_tree, plan, unfold_text
+
+    _write(tmp_path, NAMESAKE, NAMESAKE_SOURCE)
+    _write(tmp_path, XPU_TEST, XPU_SOURCE)
+    _write(tmp_path, "tests/tests_fabric/test_alone_xpu.py", "def test_x():\n    pass\n")
+    assert plan(tmp_path, "tests/tests_fabric/test_alone_xpu.py").reason == "no upstream namesake"
+    autouse = XPU_SOURCE + "\n\n@pytest.fixture(autouse=True)\ndef everywhere():\n    pass\n"
+    assert "module-wide" in plan(tmp_path, XPU_TEST, autouse).reason  # judged on the file's final version
+    assert "test_line_1" in plan(tmp_path, XPU_TEST, XPU_SOURCE + "\n\ndef test_line_1():\n    pass\n").reason
+    assert plan(tmp_path, XPU_TEST).folds
+
+    folds = fold_tree(tmp_path, [XPU_TEST, "tests/tests_fabric/test_alone_xpu.py"])
+    assert [f.folds for f in folds] == [True, False]
+    folded = (tmp_path / NAMESAKE).read_text()
+    assert not (tmp_path / XPU_TEST).exists() and (tmp_path / "tests/tests_fabric/test_alone_xpu.py").exists()
+    # one sorted import block, upstream's code unchanged, the tests appended
+    assert folded == ('import pytest\n\nfrom lightning.fabric.accelerators.fake import LINE_1, LINE_15\n\n\n'
+                      'def test_line_1():\n    assert LINE_1 == 1\n\n\n'
+                      'def test_line_15():\n    assert LINE_15 == "xpu"\n')
+    assert unfold_text(folded, XPU_SOURCE).startswith(folded.split("def test_line_15")[0].rstrip("\n"))
+    assert "test_line_15" not in unfold_text(folded, XPU_SOURCE)
+
+
+def test_port_folds_test_files_into_their_namesakes_and_refolds_later_changes(world: dict[str, Path],
+                                                                            tmp_path: Path) -> None:
+    upstream, release = world["upstream"], world["release_ws"]
+    _write(upstream, NAMESAKE, NAMESAKE_SOURCE)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "upstream: tests")
+    _write(release, XPU_TEST, XPU_SOURCE)
+    git(release, "add", "-A")
+    git(release, "commit", "-q", "-m", "fabric: test xpu")
+    _write(release, XPU_TEST, XPU_SOURCE.replace('== "xpu"', '!= "cuda"'))
+    git(release, "commit", "-q", "-a", "-m", "fabric: test xpu differently")
+    export_workspace(release, world["release"], load_base(PATCHES))
+    base = UpstreamBase("https://example.invalid/upstream", "master", git(upstream, "rev-parse", "HEAD").strip())
+    ws = create_upstream_workspace(load_series(world["master"]), base, upstream, tmp_path / "ws")
+
+    series = load_series(world["release"])
+    first = Series(series.directory, series.patches[:2])
+    assert [how for _, how in port(first, ws, world["sdist"]).applied] == ["3-way", "clean"]
+    assert not (ws / XPU_TEST).exists() and 'assert LINE_15 == "xpu"' in (ws / NAMESAKE).read_text()
+    assert git(ws, "show", "--stat", "--format=", "HEAD").count("|") == 1  # the fold is part of the patch's commit
+    # the release series grows: the later change to the folded file lands in the namesake, in one commit
+    assert port(series, ws, world["sdist"]).applied == [("0003-fabric-test-xpu-differently.patch", "clean")]
+    text = (ws / NAMESAKE).read_text()
+    assert 'assert LINE_15 != "cuda"' in text and "== \"xpu\"" not in text and text.count("def test_line_15") == 1
+    assert not (ws / XPU_TEST).exists()
+    assert git(ws, "log", "-1", "--format=%s") == "fabric: test xpu differently\n"
+    assert git(ws, "show", "--format=", "--name-only", "HEAD").split() == [NAMESAKE]
