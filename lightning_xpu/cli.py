@@ -74,11 +74,26 @@ def cmd_port(args: argparse.Namespace) -> int:
 
     series, base = _series(args)
     _release_only(base, "port")
-    result = port(series, args.dir, unpacked_sdist(base.sdist(LIGHTNING), base.version))
+    carry = None
+    if args.carry is not None:
+        from lightning_xpu.series import find_series_dir, load_series
+
+        carry = load_series(find_series_dir(args.carry))
+    result = port(series, args.dir, unpacked_sdist(base.sdist(LIGHTNING), base.version), carry)
     for name, how in result.applied:
         print(f"ported  {name}  ({how})")
+    for name, files in result.carried:
+        print(f"carried into {name}: the earlier master variant's edits of {', '.join(files)}")
     for name in result.already_present:
         print(f"skipped {name}  (its change is already in the workspace; no commit)")
+    if result.check:
+        print("check: a release patch and its earlier master version add different lines to these files; the "
+              "release version is what was applied, so redo any master-only change in them by hand:")
+        for name, files in result.check:
+            print(f"  {name}: {', '.join(files)}")
+    if result.not_carried:
+        print("warning: no release patch has the subject of these patches of --carry, so their edits were not "
+              "carried over: " + ", ".join(result.not_carried))
     if result.out_of_order:
         print("warning: these patches come before others already in the workspace but were appended at its end: "
               + ", ".join(result.out_of_order) + "; reorder with `git rebase -i lightning-xpu/base`")
@@ -217,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "session open; resolve, `git am --continue` and run it again.")
     p.add_argument("dir", type=Path, metavar="DIR", help="a workspace of the master variant")
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help + "; the release series to port")
+    p.add_argument("--carry", type=Path, metavar="DIR",
+                   help="an earlier master variant (patches/master): after each release patch, also apply the edits "
+                        "its same-subject patch there makes to files the release patch does not touch")
     p.set_defaults(func=cmd_port)
 
     p = sub.add_parser("apply", help="apply the series to a checkout, a source tree or the installed Lightning",

@@ -18,6 +18,7 @@ A real conflict stops the port with the ``git am`` session open: resolve it, ``g
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -47,6 +48,10 @@ class PortResult:
     conflicted_files: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
     master_only: list[str] = field(default_factory=list)
+    carried: list[tuple[str, list[str]]] = field(default_factory=list)  # (patch name, files carried over)
+    # (patch name, files that it and its earlier master version both change, adding different lines)
+    check: list[tuple[str, list[str]]] = field(default_factory=list)
+    not_carried: list[str] = field(default_factory=list)  # carry patches whose subject no release patch has
 
 
 def seed_series_blobs(repo: Path, series: Series, base: Path) -> dict[str, str]:
@@ -106,35 +111,97 @@ def workspace_subjects(repo: Path) -> list[str]:
     return run_git(["log", "--reverse", "--format=%s", f"{_TAG}..HEAD"], repo).stdout.splitlines()
 
 
-def port(series: Series, repo: Path, base_tree: Path) -> PortResult:
-    """Apply to the workspace ``repo`` the patches of ``series`` whose subject it lacks; stop at a real conflict."""
+def port(series: Series, repo: Path, base_tree: Path, carry: Series | None = None) -> PortResult:
+    """Apply to the workspace ``repo`` the patches of ``series`` whose subject it lacks; stop at a real conflict.
+
+    ``carry``: an earlier master variant. After each release patch, the edits its namesake in ``carry`` (same subject)
+    makes to files the release patch does not touch (upstream's own tests, conftests and docs) are applied too, in the
+    same commit, so a re-ported series keeps them.
+    """
     repo = Path(repo).resolve()
     git_dir = Path(run_git(["rev-parse", "--absolute-git-dir"], repo).stdout.strip())
     if (git_dir / "rebase-apply").exists() or (git_dir / "rebase-merge").exists():
         raise ToolError(f"{repo} is in the middle of a git am or rebase; finish it (git am --continue) first")
     if run_git(["status", "--porcelain", "--untracked-files=no"], repo).stdout.strip():
         raise ToolError(f"{repo} has uncommitted changes; commit them before porting")
+    pending = _pending(repo)
     present = workspace_subjects(repo)
     subjects = [p.subject for p in series.patches]
     result = PortResult(master_only=[s for s in present if s not in subjects])
+    carried = {p.subject: p for p in carry.patches} if carry else {}
+    result.not_carried = [p.name for p in carry.patches if p.subject not in subjects] if carry else []
     todo = [p for p in series.patches if p.subject not in present]
-    if not todo:
+    if not todo and not pending:
         return result
     last_present = max((subjects.index(s) for s in present if s in subjects), default=-1)
     result.out_of_order = [p.name for p in todo if subjects.index(p.subject) < last_present]
     configure(repo)
     final = seed_series_blobs(repo, series, base_tree)
+    by_name = {p.name: p for p in series.patches}
+    if pending and pending.get("patch") in by_name and present and present[-1] == by_name[pending["patch"]].subject:
+        # a human resolved the conflict this patch stopped at: finish what port does after applying a patch
+        patch = by_name[pending["patch"]]
+        _fold(repo, patch, pending.get("unfolded", []), final)
+        todo.insert(0, patch)
+        skip_am = {patch.name}
+    else:
+        skip_am = set()
     for patch in todo:
-        outcome = _am(repo, patch, final)
-        if outcome is None:
-            result.conflict = patch.name
-            result.conflicted_files = run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.split()
-            return result
+        if patch.name in skip_am:
+            outcome = "resolved"
+        else:
+            outcome, unfolded = _am(repo, patch, final)
+            if outcome is None:
+                _set_pending(repo, {"patch": patch.name, "unfolded": unfolded})
+                result.conflict = patch.name
+                result.conflicted_files = run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.split()
+                return result
+        _set_pending(repo, None)
         if outcome == "present":
             result.already_present.append(patch.name)
-        else:
-            result.applied.append((patch.name, outcome))
+            continue
+        result.applied.append((patch.name, outcome))
+        if patch.subject in carried:
+            earlier = carried[patch.subject]
+            both = [f for f in earlier.files if f in patch.files and not f.endswith("CHANGELOG.md")
+                    and _added(earlier, f) != _added(patch, f)]
+            if both:
+                result.check.append((patch.name, both))
+            files = _carry(repo, patch, carried[patch.subject])
+            if files is None:
+                result.conflict = f"{carried[patch.subject].name} (its edits carried over from {carry.directory})"
+                result.conflicted_files = run_git(["diff", "--name-only", "--diff-filter=U"], repo).stdout.split()
+                return result
+            if files:
+                result.carried.append((patch.name, files))
     return result
+
+
+def _added(patch: Patch, path: str) -> list[str]:
+    """The lines ``patch`` adds to ``path``, in order."""
+    text = patch.path.read_text(encoding="utf-8").split(f"diff --git a/{path} b/{path}\n", 1)
+    if len(text) < 2:
+        return []
+    section = text[1].split("\ndiff --git ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def _carry(repo: Path, patch: Patch, earlier: Patch) -> list[str] | None:
+    """Apply ``earlier``'s changes to the files ``patch`` does not touch, amending the commit ``patch`` made.
+
+    Returns the files carried over, or None when they conflict (left with conflict markers for a human)."""
+    # a namesake the patch's test file was folded into carries that fold, not the earlier variant's edits
+    own = set(patch.files) | {namesake_of(p) for p in patch.files if is_candidate(p) and not (repo / p).exists()}
+    files = [f for f in earlier.files if f not in own and not is_candidate(f)]
+    if not files:
+        return []
+    proc = run_git(["apply", "-3", "--whitespace=nowarn", *(f"--include={f}" for f in files), str(earlier.path)],
+                   repo, check=False)
+    if proc.returncode != 0:
+        return None
+    run_git(["add", "--", *files], repo)
+    run_git(["commit", "--quiet", "--no-verify", "--amend", "--no-edit"], repo, env=_COMMITTER)
+    return files
 
 
 def _preimage(patch: Patch, path: str) -> str | None:
@@ -185,15 +252,34 @@ def _fold(repo: Path, patch: Patch, unfolded: list[str], final: dict[str, str]) 
         run_git(["commit", "--quiet", "--no-verify", "--amend", "--no-edit"], repo, env=_COMMITTER)
 
 
-def _am(repo: Path, patch: Patch, final: dict[str, str]) -> str | None:
-    """Apply one patch; return how ("clean", "3-way", "rerere", "present"), or None with the am session open."""
+def _am(repo: Path, patch: Patch, final: dict[str, str]) -> tuple[str | None, list[str]]:
+    """Apply one patch; return how ("clean", "3-way", "rerere", "present"), or None with the am session open, and
+    the test files restored from their namesakes for it."""
     unfolded = _unfold(repo, patch)
     how = _am_one(repo, patch)
     if how in ("clean", "3-way", "rerere"):
         _fold(repo, patch, unfolded, final)
     elif how == "present" and unfolded:
         run_git(["reset", "--hard", "--quiet", "HEAD~1"], repo)
-    return how
+    return how, unfolded
+
+
+def _pending_file(repo: Path) -> Path:
+    return Path(run_git(["rev-parse", "--absolute-git-dir"], repo).stdout.strip()) / "lightning-xpu-port-pending.json"
+
+
+def _pending(repo: Path) -> dict | None:
+    path = _pending_file(repo)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _set_pending(repo: Path, value: dict | None) -> None:
+    """Remember the patch a conflict stopped at, so that the next run folds and carries for it once resolved."""
+    path = _pending_file(repo)
+    if value is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(json.dumps(value))
 
 
 def _am_one(repo: Path, patch: Patch) -> str | None:

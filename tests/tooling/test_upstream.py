@@ -275,3 +275,56 @@ def test_port_folds_test_files_into_their_namesakes_and_refolds_later_changes(wo
     assert not (ws / XPU_TEST).exists()
     assert git(ws, "log", "-1", "--format=%s") == "fabric: test xpu differently\n"
     assert git(ws, "show", "--format=", "--name-only", "HEAD").split() == [NAMESAKE]
+
+
+def test_port_carries_an_earlier_master_variants_edits_of_upstreams_files(world: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    upstream = world["upstream"]
+    _write(upstream, NAMESAKE, NAMESAKE_SOURCE)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "upstream: tests")
+    base = UpstreamBase("https://example.invalid/upstream", "master", git(upstream, "rev-parse", "HEAD").strip())
+    ws = create_upstream_workspace(load_series(world["master"]), base, upstream, tmp_path / "ws")
+    port(load_series(world["release"]), ws, world["sdist"])
+    # the master variant also edits an upstream test, in the same patch
+    _write(ws, NAMESAKE, NAMESAKE_SOURCE + "\n\ndef test_upstream_edit():\n    pass\n")
+    _write(ws, MODULE, (ws / MODULE).read_text() + "# only on master\n")  # and the release patch's file differently
+    git(ws, "commit", "-q", "-a", "--amend", "--no-edit")
+    earlier = tmp_path / "earlier-master"
+    earlier.mkdir()
+    shutil.copy(world["master"] / "base.toml", earlier)
+    export_workspace(ws, earlier, base)
+    # re-port from scratch (as after a restructured release series): the edit comes along
+    git(ws, "reset", "-q", "--hard", BASE_TAG)
+    result = port(load_series(world["release"]), ws, world["sdist"], load_series(earlier))
+    assert result.carried == [("0001-fabric-add-xpu.patch", [NAMESAKE])]
+    assert result.check == [("0001-fabric-add-xpu.patch", [MODULE])]
+    assert "test_upstream_edit" in (ws / NAMESAKE).read_text()
+    assert git(ws, "rev-list", "--count", f"{BASE_TAG}..HEAD") == "1\n"
+
+
+def test_after_a_resolved_conflict_port_folds_the_patchs_test_file(world: dict[str, Path], tmp_path: Path) -> None:
+    upstream, release = world["upstream"], world["release_ws"]
+    _write(upstream, NAMESAKE, NAMESAKE_SOURCE)
+    git(upstream, "add", "-A")
+    git(upstream, "commit", "-q", "-m", "upstream: tests")
+    # the release patch changes the line upstream changed (a real conflict) and adds a test file to fold
+    _write(release, MODULE, (release / MODULE).read_text().replace("LINE_12 = 12", "LINE_12 = 'xpu'"))
+    _write(release, XPU_TEST, XPU_SOURCE)
+    git(release, "add", "-A")
+    git(release, "commit", "-q", "-m", "fabric: change line twelve")
+    export_workspace(release, world["release"], load_base(PATCHES))
+    base = UpstreamBase("https://example.invalid/upstream", "master", git(upstream, "rev-parse", "HEAD").strip())
+    ws = create_upstream_workspace(load_series(world["master"]), base, upstream, tmp_path / "ws")
+    result = port(load_series(world["release"]), ws, world["sdist"])
+    assert result.conflict == "0002-fabric-change-line-twelve.patch"
+    _write(ws, MODULE, (ws / MODULE).read_text().split("<<<<<<<")[0] + MODULE_SOURCE.split("\n", 12)[12].replace(
+        "LINE_12 = 12", "LINE_12 = 'xpu'  # upstream moved on"))
+    git(ws, "add", "-A")
+    git(ws, "-c", "core.editor=true", "am", "--continue")
+    assert (ws / XPU_TEST).exists()
+    result = port(load_series(world["release"]), ws, world["sdist"])
+    assert result.applied == [("0002-fabric-change-line-twelve.patch", "resolved")]
+    assert not (ws / XPU_TEST).exists() and "def test_line_15" in (ws / NAMESAKE).read_text()
+    assert git(ws, "log", "-1", "--format=%s") == "fabric: change line twelve\n"
+    assert port(load_series(world["release"]), ws, world["sdist"]).applied == []
