@@ -128,11 +128,21 @@ def default_refs(checkout: Path, version: str) -> list[tuple[str, str]]:
     return refs
 
 
-def test_paths(tree: Path, series: Series) -> list[str]:
-    """Upstream test paths (relative to ``tree/tests``) that the series touches, that exist in ``tree``."""
+def test_paths(tree: Path, series: Series, scope: str) -> list[str]:
+    """Upstream test paths (relative to ``tree/tests``) that the series touches, that exist in ``tree``.
+
+    ``dirs``: the directories holding the series' test files; ``files``: only the test files the series touches (and
+    the upstream namesakes of its ``test_*_xpu.py`` files). Both add ``test_<module>.py`` of each changed module.
+    """
     paths: dict[str, None] = {}
     for rel in series.files:
-        if rel.startswith("tests/") and rel.endswith(".py"):
+        if rel.startswith("tests/") and rel.endswith(".py") and scope == "files":
+            name = Path(rel).name
+            if name.startswith("test_"):
+                paths[rel[len("tests/"):]] = None
+                if Path(rel).stem.endswith("_xpu"):
+                    paths[str(Path(rel[len("tests/"):]).with_name(Path(rel).stem[: -len("_xpu")] + ".py"))] = None
+        elif rel.startswith("tests/") and rel.endswith(".py"):
             directory = Path(rel).parent.relative_to("tests")
             if str(directory) in _PACKAGES.values():  # a suite's root stands for its top-level files, not the suite
                 paths.update(dict.fromkeys(str(p.relative_to(tree / "tests"))
@@ -320,7 +330,7 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
     if dropped := drop_missing_blobs(clone):
         report.note = "; ".join(filter(None, [report.note, f"{len(dropped)} file(s) whose contents this checkout "
                                               f"lacks were left out of the replay (e.g. {dropped[0]})"]))
-    report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series))
+    report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series, ns.scope))
     safe = re.sub(r"\W", "_", ref)
     before = run_upstream_tests(clone, report.test_paths, ns.workers, scratch / f"{safe}-before.xml", ns.timeout)
     report.before = summary(before) if report.test_paths else "not run"
@@ -333,7 +343,8 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
                         "rebase them onto this ref first")
     elif report.test_paths:
         # the series may add test files in directories upstream does not have yet
-        paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
+        paths = report.test_paths if ns.tests else _outermost([*report.test_paths,
+                                                                *test_paths(clone, series, ns.scope)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
         report.after = summary(after)
         report.changed, regressed, added = compare(before, after, series)
@@ -396,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
                         "base commit (default: SERIES/master when it exists)")
     parser.add_argument("--tests", nargs="+", help="upstream test paths relative to tests/ (default: derived)")
     parser.add_argument("--no-tests", action="store_true", help="only report how the patches apply")
+    parser.add_argument("--scope", choices=("dirs", "files"), default="dirs",
+                        help="upstream tests to compare: the directories holding the series' test files (default), "
+                        "or only the test files the series touches; both add test_<module>.py of changed modules")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers; 0 runs in-process")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
     parser.add_argument("--base-tree", type=Path, help="the unpacked base the series was made against "

@@ -194,3 +194,18 @@ def test_master_variant_replays_onto_refs_that_contain_its_base(tmp_path):
         "tests.tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
     assert main["changed"] == [] and main["after"] == "4 passed"
     assert "edited by the master variant: tests.tests_fabric.test_calc::test_mul" in proc.stdout
+
+
+def test_files_scope_takes_only_the_touched_test_files_and_namesakes(tmp_path):
+    from ci.replay_upstream import test_paths
+    from lightning_xpu.series import load_series
+
+    upstream, series = _upstream_and_series(tmp_path)
+    tree = tmp_path / "tree"
+    git(tmp_path, "clone", "-q", str(upstream), str(tree))
+    (tree / "tests/tests_fabric/test_neg.py").write_text("")  # the series' test file, as after the series
+    # the series' test file and upstream's test of the module it changes, not the rest of the directory
+    assert sorted(test_paths(tree, load_series(series), "files")) == ["tests_fabric/test_calc.py",
+                                                                      "tests_fabric/test_neg.py"]
+    assert sorted(test_paths(tree, load_series(series), "dirs")) == [
+        "tests_fabric/test_calc.py", "tests_fabric/test_neg.py", "tests_fabric/test_state.py"]
