@@ -10,8 +10,9 @@ added are compared (their place in the file always differs). Everything else is 
 - a file only one patch of a pair touches (on master: upstream's existing tests and docs, which the sdist lacks);
 - a block only in one patch of a pair (code rebased onto master's version of a function).
 
-A release test file ``test_x_xpu.py`` that the master variant folds into its upstream namesake ``test_x.py`` is
-compared by its code lines (imports and the file header left out) and listed as folded when they are the same.
+A release test file (``test_x_xpu.py``, ``test_x_fixes.py``) that the master variant folds into its upstream namesake
+(``test_x.py``) is compared by its code lines (imports and the file header left out) and listed as folded when they
+are the same.
 
     python ci/compare_series.py [--release patches] [--master patches/master] [--write FILE | --check FILE]
 
@@ -77,9 +78,12 @@ def _changelog_entries(blocks: list[Block]) -> list[Block]:
             and line[1:].strip() != "-"]
 
 
-def _namesake(path: str) -> str:
-    stem = Path(path).stem
-    return str(Path(path).with_name(stem[: -len("_xpu")] + ".py")) if stem.endswith("_xpu") else ""
+def _namesake(path: str, others: list[str]) -> str:
+    """Among ``others``, the file beside ``path`` whose name ``path``'s extends (``test_ddp.py`` for
+    ``test_ddp_side_stream.py``), the longest such; or ``""``."""
+    stem, parent = Path(path).stem, Path(path).parent
+    matches = [o for o in others if Path(o).parent == parent and stem.startswith(Path(o).stem + "_")]
+    return max(matches, key=len, default="")
 
 
 def _code_lines(blocks: list[Block], new_file: bool) -> list[str]:
@@ -122,8 +126,8 @@ def compare_pair(subject: str, release: Patch, master: Patch) -> PairReport:
     ours, theirs = file_blocks(release), file_blocks(master)
     created = release.path.read_text(encoding="utf-8")
     for path in list(ours):
-        namesake = _namesake(path)
-        if path not in theirs and namesake in theirs and namesake not in ours:
+        namesake = _namesake(path, [p for p in theirs if p not in ours])
+        if path not in theirs and namesake:
             # the master variant folds the series' test file into its upstream namesake: compare the code only
             new_file = f"diff --git a/{path} b/{path}\nnew file mode" in created
             a, b = _code_lines(ours[path], new_file), _code_lines(theirs.pop(namesake), False)

@@ -186,13 +186,19 @@ def _added(patch: Patch, path: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("+") and not line.startswith("+++")]
 
 
+def _in_base(repo: Path, path: str) -> bool:
+    return run_git(["cat-file", "-e", f"{_TAG}:{path}"], repo, check=False).returncode == 0
+
+
 def _carry(repo: Path, patch: Patch, earlier: Patch) -> list[str] | None:
     """Apply ``earlier``'s changes to the files ``patch`` does not touch, amending the commit ``patch`` made.
 
     Returns the files carried over, or None when they conflict (left with conflict markers for a human)."""
     # a namesake the patch's test file was folded into carries that fold, not the earlier variant's edits
-    own = set(patch.files) | {namesake_of(p) for p in patch.files if is_candidate(p) and not (repo / p).exists()}
-    files = [f for f in earlier.files if f not in own and not is_candidate(f)]
+    own = set(patch.files) | {namesake_of(p, repo) for p in patch.files
+                              if is_candidate(p) and not (repo / p).exists()}
+    # upstream's own files only: the series' files come from the release patches
+    files = [f for f in earlier.files if f not in own and _in_base(repo, f)]
     if not files:
         return []
     proc = run_git(["apply", "-3", "--whitespace=nowarn", *(f"--include={f}" for f in files), str(earlier.path)],
@@ -222,8 +228,8 @@ def _unfold(repo: Path, patch: Patch) -> list[str]:
         if not is_candidate(path) or blob is None or (repo / path).exists():
             continue
         old = run_git(["cat-file", "-p", blob], repo, check=False)
-        fold = namesake_of(path)
-        if old.returncode != 0 or not (repo / fold).is_file():
+        fold = namesake_of(path, repo)
+        if old.returncode != 0 or not fold:
             continue
         namesake = unfold_text((repo / fold).read_text(encoding="utf-8"), old.stdout)
         if namesake is None:
@@ -232,7 +238,7 @@ def _unfold(repo: Path, patch: Patch) -> list[str]:
         (repo / path).write_text(old.stdout, encoding="utf-8")
         restored.append(path)
     if restored:
-        run_git(["add", "-A", "--", *restored, *(namesake_of(p) for p in restored)], repo)
+        run_git(["add", "-A", "--", *restored, *(namesake_of(p, repo) for p in restored)], repo)
         run_git(["commit", "--quiet", "--no-verify", "-m", "lightning-xpu: unfold " + ", ".join(restored)], repo,
                 env=_COMMITTER)
     return restored

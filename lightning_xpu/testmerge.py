@@ -1,17 +1,16 @@
-"""Fold the series' ``test_*_xpu.py`` files into their upstream namesakes, for the master variant.
+"""Fold the series' test files into their upstream namesakes, for the master variant.
 
 The release series adds its tests as new files (the sdist ships no tests). Upstream would keep most of them in the
-file that tests the same module: ``tests_pytorch/utilities/test_memory_xpu.py`` belongs in ``test_memory.py``. Here a
-test file is folded into its namesake (its tests and helpers appended, its imports merged into the namesake's block)
-when nothing in it would change the namesake's other tests: it defines no autouse fixture and no ``pytestmark``, and
-no name the namesake also defines. The others stay separate files, as do files without a namesake
-(``accelerators/test_xpu.py``).
+file that tests the same module: ``tests_pytorch/utilities/test_memory_xpu.py`` belongs in ``test_memory.py``,
+``test_ddp_side_stream.py`` in ``test_ddp.py`` (``namesake_of``). Here a test file is folded into its namesake (its
+tests and helpers appended, its imports merged into the namesake's block) when nothing in it would change the
+namesake's other tests: it defines no autouse fixture and no ``pytestmark``, and no name the namesake also defines.
+The others stay separate files, as do files without a namesake (``accelerators/test_xpu.py``).
 
 ``lightning-xpu port`` folds each patch's test files right after applying it (and takes a folded file's body out of
 the namesake again before a later patch changes that file), so each patch of the master variant changes the namesake
-the way the release patch changes the separate file. Imports are
-sorted and the result formatted with ruff under upstream's rules (``ci/ruff-upstream.toml``), so the fold is the same
-on every machine with the same ruff.
+the way the release patch changes the separate file. Imports are sorted and the result formatted with ruff under
+upstream's rules (``ci/ruff-upstream.toml``), so the fold is the same on every machine with the same ruff.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from pathlib import Path
 
 from lightning_xpu.errors import ToolError
 
-SUFFIX = "_xpu"
 RUFF_CONFIG = Path(__file__).resolve().parent.parent / "ci" / "ruff-upstream.toml"
 
 
@@ -55,9 +53,19 @@ def _top_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def namesake_of(path: str) -> str:
-    """``tests/x/test_y_xpu.py`` -> ``tests/x/test_y.py``."""
-    return str(Path(path).with_name(Path(path).stem[: -len(SUFFIX)] + ".py"))
+def namesake_of(path: str, root: Path) -> str:
+    """The upstream file in ``root`` that the test file ``path`` belongs in, or ``""``.
+
+    The longest ``test_<prefix>.py`` beside it whose name the test file's name extends: ``test_memory_xpu.py`` ->
+    ``test_memory.py``, ``test_accelerator_connector_fixes.py`` -> ``test_accelerator_connector.py``,
+    ``test_ddp_side_stream.py`` -> ``test_ddp.py``.
+    """
+    parts = Path(path).stem.split("_")
+    for end in range(len(parts) - 1, 1, -1):
+        candidate = Path(path).with_name("_".join(parts[:end]) + ".py")
+        if (root / candidate).is_file():
+            return str(candidate)
+    return ""
 
 
 def plan(root: Path, path: str, final: str | None = None) -> Fold:
@@ -66,8 +74,8 @@ def plan(root: Path, path: str, final: str | None = None) -> Fold:
     ``final`` is the file as the whole series leaves it: the decision holds for every patch of the series, so that a
     file is not folded by one patch and taken out again by a later one.
     """
-    namesake = namesake_of(path) if Path(path).stem.endswith(SUFFIX) else ""
-    if not namesake or not (root / namesake).is_file():
+    namesake = namesake_of(path, root)
+    if not namesake:
         return Fold(path, namesake, "no upstream namesake")
     text = final if final is not None else (root / path).read_text(encoding="utf-8")
     names = _top_names(ast.parse(text))
@@ -161,5 +169,6 @@ def unfold_text(namesake: str, test_file: str) -> str | None:
 
 
 def is_candidate(path: str) -> bool:
-    """Whether ``path`` is a test file of the series that may fold into a namesake."""
-    return path.startswith("tests/") and path.endswith(f"{SUFFIX}.py") and Path(path).name.startswith("test_")
+    """Whether ``path`` names a test file that may belong in a namesake (``tests/**/test_<a>_<b>.py``)."""
+    return path.startswith("tests/") and path.endswith(".py") and Path(path).stem.startswith("test_") and Path(
+        path).stem.count("_") >= 2

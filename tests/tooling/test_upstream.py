@@ -225,7 +225,7 @@ def test_line_15():
 
 
 def test_plan_and_fold_text(tmp_path: Path) -> None:
-    from lightning_xpu.testmerge import fold_tree, plan, unfold_text
+    from lightning_xpu.testmerge import fold_tree, namesake_of, plan, unfold_text
 
     _write(tmp_path, NAMESAKE, NAMESAKE_SOURCE)
     _write(tmp_path, XPU_TEST, XPU_SOURCE)
@@ -235,6 +235,8 @@ def test_plan_and_fold_text(tmp_path: Path) -> None:
     assert "module-wide" in plan(tmp_path, XPU_TEST, autouse).reason  # judged on the file's final version
     assert "test_line_1" in plan(tmp_path, XPU_TEST, XPU_SOURCE + "\n\ndef test_line_1():\n    pass\n").reason
     assert plan(tmp_path, XPU_TEST).folds
+    assert namesake_of("tests/tests_fabric/test_fake_side_stream.py", tmp_path) == NAMESAKE  # the longest prefix
+    assert namesake_of("tests/tests_fabric/test_other_xpu.py", tmp_path) == ""
 
     folds = fold_tree(tmp_path, [XPU_TEST, "tests/tests_fabric/test_alone_xpu.py"])
     assert [f.folds for f in folds] == [True, False]
