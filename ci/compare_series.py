@@ -183,6 +183,7 @@ def _added_only(blocks: list[Block]) -> bool:
 def render(comparison: Comparison) -> str:
     """The report as Markdown."""
     same = [p for p in comparison.pairs if p.identical]
+    folded = list(dict.fromkeys(fold for p in comparison.pairs for fold in p.folded))
     out = [
         "# Release series vs master variant",
         "",
@@ -192,9 +193,8 @@ def render(comparison: Comparison) -> str:
         "",
         f"- {len(comparison.pairs)} patches in both series, {len(same)} of them with identical changes "
         "(a test file folded into its upstream namesake with the same code counts as identical)",
-        f"- test files folded into their upstream namesakes: "
-        f"{sum(len(p.folded) for p in comparison.pairs)}"
-        + "".join(f"\n  - `{a}` -> `{b}`" for p in comparison.pairs for a, b in p.folded),
+        f"- test files folded into their upstream namesakes: {len(folded)}"
+        + "".join(f"\n  - `{a}` -> `{b}`" for a, b in folded),
         f"- only in the release series: {', '.join(comparison.release_only) or 'none'}",
         f"- only in the master variant: {', '.join(comparison.master_only) or 'none'}",
         "",
