@@ -109,14 +109,35 @@ def _split(text: str) -> tuple[list[str], str]:
     return imports, "".join(lines[rest_start:])
 
 
+def _bound(node: ast.Import | ast.ImportFrom) -> list[tuple[ast.alias, str]]:
+    """Each alias of an import statement with the name it binds."""
+    return [(alias, alias.asname or alias.name.split(".")[0]) for alias in node.names]
+
+
+def _new_imports(namesake: ast.Module, imports: list[str]) -> list[str]:
+    """The test file's import statements, less the names the namesake already binds (from wherever it imports them)."""
+    bound = {name for node in namesake.body if isinstance(node, (ast.Import, ast.ImportFrom))
+             for _, name in _bound(node)}
+    out = []
+    for text in imports:
+        node = ast.parse(text).body[0]
+        assert isinstance(node, (ast.Import, ast.ImportFrom))
+        keep = [alias for alias, name in _bound(node) if name not in bound]
+        if len(keep) == len(node.names):
+            out.append(text if text.endswith("\n") else text + "\n")
+        elif keep:
+            node.names = keep
+            out.append(ast.unparse(node) + "\n")
+    return out
+
+
 def fold_text(namesake: str, test_file: str) -> str:
     """The namesake's source with the test file's imports merged in and its body appended (not yet formatted)."""
     imports, body = _split(test_file)
     tree = ast.parse(namesake)
     last_import = max((n.end_lineno for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))), default=0)
     lines = namesake.splitlines(keepends=True)
-    existing = set(_split(namesake)[0])
-    new_imports = [imp if imp.endswith("\n") else imp + "\n" for imp in imports if imp not in existing]
+    new_imports = _new_imports(tree, imports)
     merged = [*lines[:last_import], *new_imports, *lines[last_import:]]
     return "".join(merged).rstrip("\n") + "\n\n\n" + body.lstrip("\n")
 

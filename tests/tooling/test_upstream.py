@@ -330,3 +330,14 @@ def test_after_a_resolved_conflict_port_folds_the_patchs_test_file(world: dict[s
     assert not (ws / XPU_TEST).exists() and "def test_line_15" in (ws / NAMESAKE).read_text()
     assert git(ws, "log", "-1", "--format=%s") == "fabric: change line twelve\n"
     assert port(load_series(world["release"]), ws, world["sdist"]).applied == []
+
+
+def test_fold_leaves_out_imports_of_names_the_namesake_already_binds() -> None:
+    from lightning_xpu.testmerge import fold_text
+
+    namesake = "from lightning.fabric.accelerators import CPUAccelerator\n\n\ndef test_a():\n    pass\n"
+    test_file = ("from lightning.fabric.accelerators.cpu import CPUAccelerator, _parse_cpu_cores\n\n\n"
+                 "def test_b():\n    assert CPUAccelerator and _parse_cpu_cores\n")
+    folded = fold_text(namesake, test_file)
+    assert "from lightning.fabric.accelerators.cpu import _parse_cpu_cores\n" in folded
+    assert folded.count("CPUAccelerator\n") == 1 and "def test_b" in folded
