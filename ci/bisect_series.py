@@ -36,6 +36,13 @@ from lightning_xpu.apply import PatchFailed, apply_to_tree  # noqa: E402
 from lightning_xpu.base import LIGHTNING, load_base, unpacked_sdist  # noqa: E402
 from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
+from lightning_xpu.upstream import (  # noqa: E402
+    CHECKOUT_VAR,
+    export_tree,
+    is_upstream_series,
+    load_upstream_base,
+    resolve_checkout,
+)
 
 RUNNER = REPO / "tests" / "series" / "run.py"
 SUITES = ("tests_fabric", "tests_pytorch")
@@ -106,9 +113,32 @@ def import_smoke(tree: Path) -> str:
     return "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
+def touched_test_files(tree: Path, series: Series, index: int) -> list[str]:
+    """The test files the first ``index`` patches touch that exist in ``tree``, relative to ``tree/tests``."""
+    files = {f for p in series.patches[:index] for f in p.files}
+    return sorted(f[len("tests/"):] for f in files if f.startswith("tests/") and Path(f).name.startswith("test_")
+                  and f.endswith(".py") and (tree / f).is_file())
+
+
+def run_upstream_tests(tree: Path, files: list[str], workers: int, pytest_args: list[str],
+                       junit: Path) -> tuple[int, list[Case], str]:
+    """Run test files of an upstream tree in upstream's own test environment (its conftests), importing ``src/``."""
+    args = ["-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *(["-n", str(workers)] if workers else []),
+            *(["--timeout", str(TEST_TIMEOUT)] if importlib.util.find_spec("pytest_timeout") else []), *pytest_args]
+    env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args, *files], cwd=tree / "tests", env=env,
+                          capture_output=True, text=True)
+    return proc.returncode, read_cases(junit), proc.stdout + proc.stderr
+
+
 def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: int, pytest_args: list[str],
-                 scratch: Path) -> PrefixResult:
-    """Apply ``patch`` onto ``tree`` (which holds the previous prefix) and check the new prefix."""
+                 scratch: Path, upstream: bool = False) -> PrefixResult:
+    """Apply ``patch`` onto ``tree`` (which holds the previous prefix) and check the new prefix.
+
+    ``upstream``: the tree is an upstream commit with its own tests and conftests; the test files the prefix touches
+    run there, in upstream's environment, instead of the series' tests under this repository's harness.
+    """
     result = PrefixResult(index, patch)
     start = time.monotonic()
     try:
@@ -116,11 +146,15 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
     except PatchFailed as err:
         result.status, result.detail = "apply", str(err)
         return result
+    files = touched_test_files(tree, series, index) if upstream else series_test_files(tree)
     if error := compile_touched(tree, patch):
         result.status, result.detail = "compile", error
-    elif series_test_files(tree):
+    elif files:
         junit = scratch / f"prefix-{index:03d}.xml"
-        code, cases, output = run_tests(tree, workers, pytest_args, junit)
+        if upstream:
+            code, cases, output = run_upstream_tests(tree, files, workers, pytest_args, junit)
+        else:
+            code, cases, output = run_tests(tree, workers, pytest_args, junit)
         result.tests = summary(cases)
         broken = [c for c in cases if c.outcome in ("failed", "error")]
         result.failed = [f"{c.id}: {c.message}" if c.message else c.id for c in broken]
@@ -162,12 +196,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (put them after --)")
     ns = parser.parse_args(argv)
 
-    try:
-        series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
-        source = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
-    except ToolError as err:
-        print(f"bisect: {err}", file=sys.stderr)
-        return 2
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-upstream-") as upstream_tree:
+        try:
+            series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+            upstream = is_upstream_series(series.directory)
+            if ns.base_tree:
+                source = ns.base_tree.resolve()
+            elif not upstream:
+                source = base_tree(series.directory)
+            elif not os.environ.get(CHECKOUT_VAR):
+                print(f"bisect: skipped: {series.directory} is made against an upstream commit, and checking its "
+                      f"prefixes needs upstream's files and tests; set {CHECKOUT_VAR} to a clone of upstream that "
+                      "has the commit (this CI cannot reach GitHub)")
+                return 0
+            else:
+                base = load_upstream_base(series.directory)
+                source = Path(upstream_tree)
+                export_tree(resolve_checkout(None, base), base, source)
+        except ToolError as err:
+            print(f"bisect: {err}", file=sys.stderr)
+            return 2
+        return _bisect(series, source, ns, upstream)
+
+
+def _bisect(series: Series, source: Path, ns: argparse.Namespace, upstream: bool) -> int:
     if not source.is_dir():
         print(f"bisect: base tree {source} is not a directory", file=sys.stderr)
         return 2
@@ -183,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         tree, scratch = Path(tmp) / "tree", Path(tmp)
         shutil.copytree(source, tree, symlinks=True)
         for index, patch in enumerate(series.patches, 1):
-            result = check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch)
+            result = check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch, upstream)
             results.append(result)
             print(report_line(result, total), flush=True)
             if not result.ok and (result.status == "apply" or not ns.keep_going):

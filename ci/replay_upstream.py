@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,10 +38,12 @@ sys.path.insert(0, str(REPO))  # this checkout's tooling reads this checkout's s
 from ci.bisect_series import base_tree  # noqa: E402
 from ci.junit import Case, read_cases, summary  # noqa: E402
 from lightning_xpu._git import run_git  # noqa: E402
-from lightning_xpu.apply import apply_to_tree, describe_failure  # noqa: E402
+from lightning_xpu.apply import describe_failure  # noqa: E402
 from lightning_xpu.base import load_base  # noqa: E402
 from lightning_xpu.errors import ToolError  # noqa: E402
+from lightning_xpu.port import seed_series_blobs  # noqa: E402
 from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
+from lightning_xpu.upstream import is_upstream_series, load_upstream_base, missing_blobs  # noqa: E402
 
 ENV_VAR = "LIGHTNING_UPSTREAM_CHECKOUT"
 SKIP_MESSAGE = (
@@ -75,6 +76,7 @@ class RefReport:
     ref: str
     commit: str
     note: str = ""
+    series: str = ""  # the series directory replayed onto this ref
     patches: list[PatchOutcome] = field(default_factory=list)
     test_paths: list[str] = field(default_factory=list)
     before: str = ""
@@ -82,6 +84,8 @@ class RefReport:
     changed: list[str] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)  # regressions that passed when run again alone
+    # regressions in upstream test files that the master variant edits: the release series cannot carry those edits
+    edited: list[str] = field(default_factory=list)
     series_tests: str = ""
     series_failures: list[str] = field(default_factory=list)
     series_failure_reasons: dict[str, int] = field(default_factory=dict)  # error message -> how many tests
@@ -124,11 +128,21 @@ def default_refs(checkout: Path, version: str) -> list[tuple[str, str]]:
     return refs
 
 
-def test_paths(tree: Path, series: Series) -> list[str]:
-    """Upstream test paths (relative to ``tree/tests``) that the series touches, that exist in ``tree``."""
+def test_paths(tree: Path, series: Series, scope: str) -> list[str]:
+    """Upstream test paths (relative to ``tree/tests``) that the series touches, that exist in ``tree``.
+
+    ``dirs``: the directories holding the series' test files; ``files``: only the test files the series touches (and
+    the upstream namesakes of its ``test_*_xpu.py`` files). Both add ``test_<module>.py`` of each changed module.
+    """
     paths: dict[str, None] = {}
     for rel in series.files:
-        if rel.startswith("tests/") and rel.endswith(".py"):
+        if rel.startswith("tests/") and rel.endswith(".py") and scope == "files":
+            name = Path(rel).name
+            if name.startswith("test_"):
+                paths[rel[len("tests/"):]] = None
+                if Path(rel).stem.endswith("_xpu"):
+                    paths[str(Path(rel[len("tests/"):]).with_name(Path(rel).stem[: -len("_xpu")] + ".py"))] = None
+        elif rel.startswith("tests/") and rel.endswith(".py"):
             directory = Path(rel).parent.relative_to("tests")
             if str(directory) in _PACKAGES.values():  # a suite's root stands for its top-level files, not the suite
                 paths.update(dict.fromkeys(str(p.relative_to(tree / "tests"))
@@ -170,47 +184,13 @@ def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, 
     return cases
 
 
-def seed_series_blobs(clone: Path, series: Series, base: Path) -> None:
-    """Store in ``clone`` every file version the series' patches start from and produce.
-
-    ``git am -3`` merges with the preimage blob a patch names in its ``index`` lines. The series is made against the
-    sdist, so those blobs (the sdist's own files where they differ from git, and every intermediate state of the
-    series) are not in upstream's history; without them a patch that does not apply as is can only "conflict".
-    """
-    with tempfile.TemporaryDirectory(prefix="lightning-xpu-blobs-") as tmp:
-        work = Path(tmp)
-        for rel in series.files:
-            if (base / rel).is_file():
-                (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(base / rel, work / rel)
-        _hash_objects(clone, work, series.files)
-        for patch in series.patches:
-            try:
-                apply_to_tree(Series(series.directory, (patch,)), work)
-            except ToolError:
-                return  # the series does not apply to its own base: the bisect check reports that
-            _hash_objects(clone, work, patch.files)
-
-
-def _hash_objects(clone: Path, work: Path, files: tuple[str, ...]) -> None:
-    paths = [str(work / rel) for rel in files if (work / rel).is_file()]
-    if paths:
-        subprocess.run(["git", "hash-object", "-w", "--stdin-paths"], cwd=clone, input="\n".join(paths) + "\n",
-                       text=True, capture_output=True, check=True)
-
-
 def drop_missing_blobs(tree: Path) -> list[str]:
     """Remove from the index the files whose blobs the checkout lacks, so that ``git am`` can write trees.
 
     Mirrors that leave out their largest files (images under docs/) still list them in every tree; such a file is
     outside what the series and the tests touch, and dropping it from the temporary clone's index changes neither.
     """
-    listing = git(["ls-tree", "-r", "--full-tree", "HEAD"], tree).stdout.splitlines()
-    entries = [(line.split()[2], line.split("\t", 1)[1]) for line in listing if line.split()[1] == "blob"]
-    proc = subprocess.run(["git", "cat-file", "--batch-check=%(objectname) %(objecttype)"], cwd=tree, text=True,
-                          input="".join(f"{sha}\n" for sha, _ in entries), capture_output=True)
-    missing = {line.split()[0] for line in proc.stdout.splitlines() if line.endswith(" missing")}
-    paths = [path for sha, path in entries if sha in missing]
+    paths = missing_blobs(tree, "HEAD")
     if paths:
         git(["update-index", "--force-remove", "--", *paths], tree)
         git(["commit", "--quiet", "--no-verify", "-m", "replay: leave out files missing from this checkout"], tree)
@@ -287,10 +267,22 @@ def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list
             changed.append(f"{test_id}: {case.outcome} -> {now.outcome}" + (f" ({now.message})" if now.message else ""))
             if (case.outcome, now.outcome) in REGRESSIONS:
                 regressions.append(now)
-    modules = tuple(f[len("tests/"):-len(".py")].replace("/", ".") for f in series.files
-                    if f.startswith("tests/") and f.endswith(".py"))
+    modules = _test_modules(series.files)
     added = [c for c in after if c.id not in old and _in_modules(_module(c.id), modules)]
     return changed, regressions, added
+
+
+def _test_modules(files: tuple[str, ...]) -> tuple[str, ...]:
+    """Dotted modules, relative to ``tests/``, of the Python files under ``tests/`` among ``files``."""
+    return tuple(f[len("tests/"):-len(".py")].replace("/", ".") for f in files
+                 if f.startswith("tests/") and f.endswith(".py"))
+
+
+def _display(directory: Path) -> str:
+    try:
+        return str(directory.relative_to(REPO))
+    except ValueError:
+        return str(directory)
 
 
 def _module(test_id: str) -> str:
@@ -323,17 +315,22 @@ def reproduced(tree: Path, cases: list[Case], junit: Path, timeout: int) -> set[
 
 
 def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series, ns: argparse.Namespace,
-               scratch: Path) -> RefReport:
+               scratch: Path, edited_upstream_files: tuple[str, ...] = ()) -> RefReport:
+    """Replay ``series`` onto ``ref``. A regression in ``edited_upstream_files`` (upstream test files the master
+    variant edits) is reported as such rather than counted."""
     sha = resolve(checkout, ref)
     if sha is None:
         raise ToolError(f"{ref!r} is not a commit, tag or branch in {checkout}")
-    report = RefReport(ref, sha[:12], note)
+    report = RefReport(ref, sha[:12], note, _display(series.directory))
+    # mirrors may lack large blobs (images under docs/): keep those files out of the work tree
+    patterns = ["/*", "!/*/", *(f"/{d}/" for d in ns.sparse), *(f"!/{path}" for path in missing_blobs(clone, sha))]
+    git(["sparse-checkout", "set", "--no-cone", *patterns], clone)
     git(["checkout", "--quiet", "--force", "--detach", sha], clone)
     git(["clean", "-fdxq"], clone)
     if dropped := drop_missing_blobs(clone):
         report.note = "; ".join(filter(None, [report.note, f"{len(dropped)} file(s) whose contents this checkout "
                                               f"lacks were left out of the replay (e.g. {dropped[0]})"]))
-    report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series))
+    report.test_paths = [] if ns.no_tests else (ns.tests or test_paths(clone, series, ns.scope))
     safe = re.sub(r"\W", "_", ref)
     before = run_upstream_tests(clone, report.test_paths, ns.workers, scratch / f"{safe}-before.xml", ns.timeout)
     report.before = summary(before) if report.test_paths else "not run"
@@ -346,14 +343,18 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
                         "rebase them onto this ref first")
     elif report.test_paths:
         # the series may add test files in directories upstream does not have yet
-        paths = report.test_paths if ns.tests else _outermost([*report.test_paths, *test_paths(clone, series)])
+        paths = report.test_paths if ns.tests else _outermost([*report.test_paths,
+                                                                *test_paths(clone, series, ns.scope)])
         after = run_upstream_tests(clone, paths, ns.workers, scratch / f"{safe}-after.xml", ns.timeout)
         report.after = summary(after)
         report.changed, regressed, added = compare(before, after, series)
         confirmed = reproduced(clone, regressed, scratch / f"{safe}-rerun.xml", ns.timeout) if regressed else set()
+        edited = {c.id for c in regressed if _in_modules(_module(c.id), _test_modules(edited_upstream_files))}
+        report.edited = [line for line in report.changed if line.split(": ", 1)[0] in confirmed & edited]
+        confirmed -= edited
         report.regressions = [line for line in report.changed if line.split(": ", 1)[0] in confirmed]
         report.flaky = [line for line in report.changed if line.split(": ", 1)[0] in {c.id for c in regressed}
-                        and line.split(": ", 1)[0] not in confirmed]
+                        and line.split(": ", 1)[0] not in confirmed | edited]
         report.series_tests = summary(added)
         broken = [c for c in added if c.outcome in ("failed", "error")]
         report.series_failures = [f"{c.id}: {c.message}" for c in broken]
@@ -363,6 +364,7 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
 
 def print_report(report: RefReport) -> None:
     print(f"\n== {report.ref} ({report.commit}) ==")
+    print(f"   series: {report.series}")
     if report.note:
         print(f"   note: {report.note}")
     width = max(len(p.patch) for p in report.patches) if report.patches else 0
@@ -383,7 +385,8 @@ def print_report(report: RefReport) -> None:
         return
     print(f"     upstream tests whose outcome changed: {len(report.changed)}")
     for line in report.changed:
-        tag = "REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky else ""
+        tag = ("REGRESSION " if line in report.regressions else "flaky: passes alone " if line in report.flaky
+               else "edited by the master variant: " if line in report.edited else "")
         print(f"       {tag}{line}")
     print(f"     the series' own tests in upstream's environment: {report.series_tests}")
     reasons = list(report.series_failure_reasons.items())
@@ -400,8 +403,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ref", action="append", dest="refs", help="ref to replay onto; repeatable "
                         "(default: the base's release tag and master)")
     parser.add_argument("--series", type=Path, help="series directory (default: this checkout's patches/)")
+    parser.add_argument("--master-series", type=Path, help="the master variant, replayed onto refs that contain its "
+                        "base commit (default: SERIES/master when it exists)")
     parser.add_argument("--tests", nargs="+", help="upstream test paths relative to tests/ (default: derived)")
     parser.add_argument("--no-tests", action="store_true", help="only report how the patches apply")
+    parser.add_argument("--scope", choices=("dirs", "files"), default="dirs",
+                        help="upstream tests to compare: the directories holding the series' test files (default), "
+                        "or only the test files the series touches; both add test_<module>.py of changed modules")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers; 0 runs in-process")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
     parser.add_argument("--base-tree", type=Path, help="the unpacked base the series was made against "
@@ -417,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         if git(["rev-parse", "--git-dir"], checkout, check=False).returncode != 0:
             raise ToolError(f"{checkout} is not a git checkout (from {ENV_VAR} or --checkout)")
         series = load_series(find_series_dir(ns.series.resolve() if ns.series else None))
+        master = _master_series(ns.master_series, series)
         if ns.base_tree and not ns.base_tree.is_dir():
             raise ToolError(f"--base-tree {ns.base_tree} is not a directory")
         refs = [(r, "") for r in ns.refs] if ns.refs else default_refs(checkout, load_base(series.directory).version)
@@ -428,16 +437,20 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="lightning-xpu-replay-") as tmp:
             clone, started = Path(tmp) / "upstream", time.monotonic()
             git(["clone", "--quiet", "--shared", "--no-checkout", str(checkout), str(clone)], Path(tmp))
-            # a sparse checkout skips docs and notebooks: faster, and robust to mirrors without large blobs
-            git(["sparse-checkout", "set", *sorted(_sparse_dirs(series))], clone)
+            # a sparse checkout skips notebooks and what the series does not touch: faster
+            ns.sparse = sorted(_sparse_dirs(series) | (_sparse_dirs(master) if master else set()))
             try:
                 base = ns.base_tree.resolve() if ns.base_tree else base_tree(series.directory)
                 seed_series_blobs(clone, series, base)
             except ToolError as err:
                 print(f"replay: the series' own file versions are not available ({err}); a patch that needs a 3-way "
                       "merge will show as a conflict", flush=True)
+            edited = tuple(f for f in master.files if f not in series.files) if master else ()
             for ref, note in refs:
-                reports.append(replay_ref(checkout, clone, ref, note, series, ns, Path(tmp)))
+                if master and _contains(checkout, ref, load_upstream_base(master.directory).commit):
+                    reports.append(replay_ref(checkout, clone, ref, note, master, ns, Path(tmp)))
+                else:
+                    reports.append(replay_ref(checkout, clone, ref, note, series, ns, Path(tmp), edited))
                 print_report(reports[-1])
     except ToolError as err:
         print(f"replay: {err}", file=sys.stderr)
@@ -449,6 +462,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nreplay: {conflicts} conflicting patch(es), {regressions} upstream test regression(s) "
           f"over {len(reports)} ref(s) in {time.monotonic() - started:.0f}s")
     return 1 if conflicts or regressions else 0
+
+
+def _master_series(option: Path | None, series: Series) -> Series | None:
+    """The master variant: ``--master-series``, else ``SERIES/master`` when it holds a series based on upstream."""
+    directory = option.resolve() if option else series.directory / "master"
+    if option is None and not (directory / "series").is_file():
+        return None
+    if not is_upstream_series(find_series_dir(directory)):
+        raise ToolError(f"{directory} is not a master variant: its base.toml names no upstream commit")
+    return load_series(directory)
+
+
+def _contains(checkout: Path, ref: str, commit: str) -> bool:
+    """Whether ``ref`` is ``commit`` or descends from it (so the master variant made against it is the series)."""
+    sha = resolve(checkout, ref)
+    return sha is not None and git(["merge-base", "--is-ancestor", commit, sha], checkout, check=False).returncode == 0
 
 
 def _sparse_dirs(series: Series) -> set[str]:

@@ -58,6 +58,9 @@ def load_base(series_dir: Path) -> Base:
     path = series_dir / BASE_FILE
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if "upstream" in data and "sdist" not in data:
+            raise ToolError(f"the series next to {path} is made against an upstream git commit, not the released "
+                            "sdists; it applies to an upstream checkout (--upstream CHECKOUT)")
         sdists = tuple(Sdist(d["name"], d["filename"], d["sha256"].lower()) for d in data["sdist"])
         base = Base(str(data["version"]), sdists)
     except FileNotFoundError:

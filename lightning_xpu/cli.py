@@ -1,4 +1,4 @@
-"""The ``lightning-xpu`` command line: workspace, export, apply, build, doctor."""
+"""The ``lightning-xpu`` command line: workspace, export, port, apply, build, doctor."""
 
 from __future__ import annotations
 
@@ -12,17 +12,39 @@ from lightning_xpu.errors import ToolError
 
 
 def _series(args: argparse.Namespace):  # noqa: ANN202
+    """The series and its base: a ``Base`` (the sdists) or an ``UpstreamBase`` (a commit of upstream's history)."""
     from lightning_xpu.base import load_base
     from lightning_xpu.series import find_series_dir, load_series
+    from lightning_xpu.upstream import is_upstream_series, load_upstream_base
 
     directory = find_series_dir(args.series)
+    if is_upstream_series(directory):
+        return load_series(directory), load_upstream_base(directory)
+    if getattr(args, "upstream", None) is not None:
+        raise ToolError(f"--upstream is for a series made against an upstream commit; {directory}/base.toml pins "
+                        "the released sdists")
     return load_series(directory), load_base(directory)
 
 
+def _release_only(base: object, what: str) -> None:
+    from lightning_xpu.upstream import UpstreamBase
+
+    if isinstance(base, UpstreamBase):
+        raise ToolError(f"{what} needs the release series (patches/): this one is made against {base.ref} "
+                        f"{base.short} of upstream's git history, for review there")
+
+
 def cmd_workspace(args: argparse.Namespace) -> int:
-    from lightning_xpu.workspace import create_workspace
+    from lightning_xpu.upstream import UpstreamBase, resolve_checkout
+    from lightning_xpu.workspace import create_upstream_workspace, create_workspace
 
     series, base = _series(args)
+    if isinstance(base, UpstreamBase):
+        checkout = resolve_checkout(args.upstream, base)
+        repo = create_upstream_workspace(series, base, checkout, args.dir)
+        print(f"Created workspace {repo}: upstream {base.ref} {base.short} base commit (tag lightning-xpu/base) "
+              f"and {series.version} patch commits.")
+        return 0
     repo = create_workspace(series, base, args.dir)
     print(f"Created workspace {repo}: lightning {base.version} base commit (tag lightning-xpu/base) "
           f"and {series.version} patch commits.")
@@ -38,14 +60,58 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise ToolError("the default series is the copy inside the installed package; "
                         "pass --series DIR pointing at a checkout's patches/ directory")
     from lightning_xpu.base import load_base
+    from lightning_xpu.upstream import is_upstream_series, load_upstream_base
 
-    names = export_workspace(args.dir, series_dir, load_base(series_dir))
+    base = load_upstream_base(series_dir) if is_upstream_series(series_dir) else load_base(series_dir)
+    names = export_workspace(args.dir, series_dir, base)
     print(f"Exported {len(names)} patches and the series file to {series_dir}.")
+    return 0
+
+
+def cmd_port(args: argparse.Namespace) -> int:
+    from lightning_xpu.base import LIGHTNING, unpacked_sdist
+    from lightning_xpu.port import port
+
+    series, base = _series(args)
+    _release_only(base, "port")
+    carry = None
+    if args.carry is not None:
+        from lightning_xpu.series import find_series_dir, load_series
+
+        carry = load_series(find_series_dir(args.carry))
+    result = port(series, args.dir, unpacked_sdist(base.sdist(LIGHTNING), base.version), carry)
+    for name, how in result.applied:
+        print(f"ported  {name}  ({how})")
+    for name, files in result.carried:
+        print(f"carried into {name}: the earlier master variant's edits of {', '.join(files)}")
+    for name in result.already_present:
+        print(f"skipped {name}  (its change is already in the workspace; no commit)")
+    if result.check:
+        print("check: a release patch and its earlier master version add different lines to these files; the "
+              "release version is what was applied, so redo any master-only change in them by hand:")
+        for name, files in result.check:
+            print(f"  {name}: {', '.join(files)}")
+    if result.not_carried:
+        print("warning: no release patch has the subject of these patches of --carry, so their edits were not "
+              "carried over: " + ", ".join(result.not_carried))
+    if result.out_of_order:
+        print("warning: these patches come before others already in the workspace but were appended at its end: "
+              + ", ".join(result.out_of_order) + "; reorder with `git rebase -i lightning-xpu/base`")
+    if result.master_only:
+        print("note: commits in the workspace whose subject no release patch has: " + "; ".join(result.master_only))
+    if result.conflict:
+        raise ToolError(f"{result.conflict} conflicts in {', '.join(result.conflicted_files) or 'the workspace'}; "
+                        f"resolve it in {Path(args.dir).resolve()}, `git add` the files, `git am --continue`, then "
+                        "run this command again for the remaining patches")
+    print(f"Ported {len(result.applied)} patches; export with "
+          f"`lightning-xpu export {args.dir} --series patches/master`.")
     return 0
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     series, base = _series(args)
+    if args.installed:
+        _release_only(base, "--installed")
     if args.revert and not args.installed:
         raise ToolError("--revert only works together with --installed")
     if args.installed:
@@ -70,6 +136,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if args.target is None:
         if not args.check:
             raise ToolError("give a TARGET directory, --installed, or --check to check against the pinned base")
+        from lightning_xpu.upstream import UpstreamBase
+
+        if isinstance(base, UpstreamBase):
+            return _check_upstream(series, base, args.upstream)
         from lightning_xpu.base import LIGHTNING, unpacked_sdist
 
         target = unpacked_sdist(base.sdist(LIGHTNING), base.version)
@@ -89,10 +159,26 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_upstream(series, base, checkout: Path | None) -> int:  # noqa: ANN001
+    """``apply --check`` for a series made against an upstream commit: apply it to that commit's files."""
+    import tempfile
+
+    from lightning_xpu.apply import apply
+    from lightning_xpu.upstream import export_tree, resolve_checkout
+
+    checkout = resolve_checkout(checkout, base)
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-check-") as tmp:
+        export_tree(checkout, base, Path(tmp))
+        result = apply(series, Path(tmp), check=True)
+    print(f"All {len(result.applied)} patches apply to upstream {base.ref} {base.short}.")
+    return 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from lightning_xpu.wheels import build, install
 
     series, base = _series(args)
+    _release_only(base, "build")
     wheels = build(series, base, args.dist)
     for wheel in wheels:
         print(wheel)
@@ -120,10 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
     series_help = "directory holding `series`, the patches and base.toml (default: the checkout's patches/)"
 
     p = sub.add_parser("workspace", help="create a git repo: the base as one commit, each patch a commit",
-                       description="Create DIR as a git repository holding the pinned lightning sdist as one commit "
-                                   "(tagged lightning-xpu/base) and every patch of the series as its own commit.")
+                       description="Create DIR as a git repository holding the pinned base as one commit (tagged "
+                                   "lightning-xpu/base) and every patch of the series as its own commit. The base is "
+                                   "the lightning sdist, or, for a series whose base.toml names an upstream commit "
+                                   "(patches/master), that commit of an upstream checkout (--upstream).")
     p.add_argument("dir", type=Path, metavar="DIR", help="new or empty directory")
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help)
+    p.add_argument("--upstream", type=Path, metavar="CHECKOUT",
+                   help="for a series made against an upstream commit (base.toml [upstream]): a git clone of "
+                        "upstream that has it (default: $LIGHTNING_UPSTREAM_CHECKOUT)")
     p.set_defaults(func=cmd_workspace)
 
     p = sub.add_parser("export", help="regenerate patches/ and series from a workspace's commits",
@@ -132,6 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", type=Path, metavar="DIR", help="a workspace made by `lightning-xpu workspace`")
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help + "; the export writes here")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("port", help="replay release patches a master-variant workspace lacks onto it (git am -3)",
+                       description="Apply to DIR, a workspace of the master variant (`lightning-xpu workspace "
+                                   "--series patches/master --upstream CHECKOUT DIR`), every patch of the release "
+                                   "series whose subject no commit in DIR has, in order, with git am -3, the "
+                                   "CHANGELOG merge driver and git rerere. Stops at a real conflict with the git am "
+                                   "session open; resolve, `git am --continue` and run it again.")
+    p.add_argument("dir", type=Path, metavar="DIR", help="a workspace of the master variant")
+    p.add_argument("--series", type=Path, metavar="DIR", help=series_help + "; the release series to port")
+    p.add_argument("--carry", type=Path, metavar="DIR",
+                   help="an earlier master variant (patches/master): after each release patch, also apply the edits "
+                        "its same-subject patch there makes to files the release patch does not touch")
+    p.set_defaults(func=cmd_port)
 
     p = sub.add_parser("apply", help="apply the series to a checkout, a source tree or the installed Lightning",
                        description="Apply the series atomically: to an upstream git checkout (git am -3), a plain "
@@ -144,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--installed", action="store_true", help="patch the installed lightning in place")
     p.add_argument("--revert", action="store_true", help="with --installed: restore the original files")
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help)
+    p.add_argument("--upstream", type=Path, metavar="CHECKOUT",
+                   help="for a series made against an upstream commit (base.toml [upstream]): a git clone of "
+                        "upstream that has it (default: $LIGHTNING_UPSTREAM_CHECKOUT)")
     p.set_defaults(func=cmd_apply)
 
     p = sub.add_parser("build", help="build the patched lightning, pytorch-lightning and lightning-fabric wheels",

@@ -159,3 +159,53 @@ def test_default_refs_fall_back_to_the_newest_earlier_release_tag(tmp_path):
         ("2.6.5", "tag 2.6.6 is not in this checkout; using 2.6.5, its newest earlier release tag"), ("master", "")]
     git(repo, "tag", "2.6.6")
     assert default_refs(repo, "2.6.6") == [("2.6.6", ""), ("master", "")]
+
+
+def test_master_variant_replays_onto_refs_that_contain_its_base(tmp_path):
+    """The release series goes onto the tag and the master variant onto master. The release series breaks an upstream
+    test that the master variant edits on purpose: reported as such, not as a regression."""
+    upstream = tmp_path / "upstream"
+    init_repo(upstream, {**SRC, "src/lightning/fabric/calc.py": calc(), "tests/__init__.py": "",
+                         "pyproject.toml": "[tool.pytest.ini_options]\naddopts = []\n",
+                         "tests/tests_fabric/__init__.py": "", "tests/tests_fabric/test_calc.py": TESTS})
+    git(upstream, "tag", "1.0.0")
+    commit(upstream, "later upstream work", {"src/lightning/fabric/calc.py": calc(l13="    return a.__mul__(b)")})
+    workspace = tmp_path / "workspace"
+    init_repo(workspace, {**SRC, "src/lightning/fabric/calc.py": calc()})
+    commit(workspace, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a * b + 1")})
+    release = make_series(workspace, "HEAD~1", tmp_path / "patches")
+    git(workspace, "checkout", "-q", "HEAD~1")
+    ported = tmp_path / "ported"
+    git(tmp_path, "clone", "-q", str(upstream), str(ported))
+    commit(ported, "fabric: change mul", {"src/lightning/fabric/calc.py": calc(l13="    return a.__mul__(b) + 1"),
+                                          "tests/tests_fabric/test_calc.py": TESTS.replace("== 6", "== 7")})
+    master = make_series(ported, "HEAD~1", tmp_path / "patches-master")
+    (master / "base.toml").write_text('[upstream]\nrepository = "https://example.invalid/upstream"\nref = "main"\n'
+                                      f'commit = "{git(upstream, "rev-parse", "HEAD").strip()}"\n')
+    report = tmp_path / "report.json"
+    proc = _replay("--checkout", str(upstream), "--series", str(release), "--master-series", str(master),
+                   "--ref", "1.0.0", "--ref", "main", "--workers", "0", "--json", str(report),
+                   "--base-tree", str(workspace))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tag, main = json.loads(report.read_text())
+    assert tag["series"] == str(release) and main["series"] == str(master)
+    assert [p["result"] for p in tag["patches"]] == [p["result"] for p in main["patches"]] == ["clean"]
+    assert tag["regressions"] == [] and tag["edited"] == [
+        "tests.tests_fabric.test_calc::test_mul: passed -> failed (assert 7 == 6)"]
+    assert main["changed"] == [] and main["after"] == "4 passed"
+    assert "edited by the master variant: tests.tests_fabric.test_calc::test_mul" in proc.stdout
+
+
+def test_files_scope_takes_only_the_touched_test_files_and_namesakes(tmp_path):
+    from ci.replay_upstream import test_paths
+    from lightning_xpu.series import load_series
+
+    upstream, series = _upstream_and_series(tmp_path)
+    tree = tmp_path / "tree"
+    git(tmp_path, "clone", "-q", str(upstream), str(tree))
+    (tree / "tests/tests_fabric/test_neg.py").write_text("")  # the series' test file, as after the series
+    # the series' test file and upstream's test of the module it changes, not the rest of the directory
+    assert sorted(test_paths(tree, load_series(series), "files")) == ["tests_fabric/test_calc.py",
+                                                                      "tests_fabric/test_neg.py"]
+    assert sorted(test_paths(tree, load_series(series), "dirs")) == [
+        "tests_fabric/test_calc.py", "tests_fabric/test_neg.py", "tests_fabric/test_state.py"]
