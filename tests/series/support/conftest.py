@@ -167,3 +167,17 @@ def teardown_process_group() -> Iterator[None]:
     yield
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def preserve_global_rank_variable() -> Iterator[None]:
+    """Restore the ``rank_zero_only.rank`` that a test (a Trainer or Fabric with a mocked rank) changed, as upstream's
+    conftests do; otherwise later tests in the same worker log and warn nothing."""
+    packages = (f"{_FABRIC}.utilities", f"{_PYTORCH}.utilities", "lightning_utilities.core")
+    modules = [f"{package}.rank_zero" for package in packages]
+    functions = [importlib.import_module(m).rank_zero_only for m in modules if _module_exists(m)]
+    ranks = [getattr(fn, "rank", None) for fn in functions]
+    yield
+    for fn, rank in zip(functions, ranks, strict=True):
+        if rank is not None:
+            fn.rank = rank
