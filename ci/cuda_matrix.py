@@ -34,9 +34,11 @@ UPSTREAM = HERE / "upstream_cuda_tests.txt"
 TIERS = ("mocked", "emulated", "standalone", "real-hardware")
 REASONS = {
     "deepspeed": "DeepSpeed has no XPU support in Lightning; the series rejects `strategy='deepspeed'` with an XPU at "
-    "construction (tested by the connector tests of patches 3 and 12).",
+    "construction (tested by the connector tests of the patch `fabric, pytorch: reject CUDA-only strategies and "
+    "precisions on xpu`).",
     "bitsandbytes": "bitsandbytes' quantized layers are CUDA kernels; the series rejects the plugin on XPU at "
-    "construction (patch 3).",
+    "construction (the patch `fabric, pytorch: reject CUDA-only strategies and precisions "
+    "on xpu`).",
     "transformer-engine": "NVIDIA TransformerEngine is CUDA-only; the series rejects it on XPU at construction.",
     "tensorrt": "Torch-TensorRT compiles for NVIDIA GPUs only.",
     "cuda-api": "The test exercises a CUDA-only API with no XPU counterpart in PyTorch or Lightning: nvidia-smi, "
