@@ -77,12 +77,23 @@ def _per_node(args: list[str], index: int) -> list[str]:
     ]
 
 
+def _named_paths(dest: Path, args: list[str]) -> list[str]:
+    """The test paths (``file``, ``dir`` or ``file::node``) among the pytest arguments."""
+    return [a for a in args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
+
+
 def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str, str]) -> int:
-    """Run each standalone test in its own process; fail if any fails or none was found."""
+    """Run each standalone test in its own process; fail if any fails or none was found.
+
+    Test paths among ``args`` narrow the collection (default: every suite); the other arguments (``-k``, ``-m``, ...)
+    narrow it too and go to every test's process.
+    """
     env = {**env, "PL_RUN_STANDALONE_TESTS": "1"}
+    named = _named_paths(dest, args)
+    args = [a for a in args if a not in named]
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), "-q", "--collect-only",
-         *suites],
+         *(a for a in args if not a.startswith("--junitxml")), *(named or suites)],
         cwd=dest, env=env, capture_output=True, text=True,
     )
     node_ids = [line for line in collected.stdout.splitlines() if "::" in line]
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if ns.standalone:
             return run_standalone(dest, suites, ns.pytest_args, env)
         # explicit test paths in the pytest arguments narrow the run; otherwise run every suite
-        named = [a for a in ns.pytest_args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
+        named = _named_paths(dest, ns.pytest_args)
         return _pytest(dest, [*ns.pytest_args, *([] if named else suites)], env)
 
 
