@@ -228,6 +228,17 @@ def test_fsdp1_fsdp2_device_mesh_and_sharded_checkpoints(run_emulated, tmp_path)
     }
 
 
+# Runs `worker(rank, port, queue)` on two spawned ranks and prints what each put in the queue, by rank.
+_TWO_RANKS_MAIN = """
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue), nprocs=2)
+    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
+"""
+
 _STRICT_XCCL = """
 import json, os, socket, sys, warnings, torch, torch.distributed as dist
 import torch.multiprocessing as mp
@@ -273,19 +284,12 @@ def worker(rank, port, queue):
     dist.destroy_process_group()
     queue.put((rank, r))
 
-if __name__ == "__main__":
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(worker, args=(port, queue), nprocs=2)
-    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
 """
 
 
 def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_emulated, tmp_path):
     script = tmp_path / "strict.py"
-    script.write_text(_STRICT_XCCL)
+    script.write_text(_STRICT_XCCL + _TWO_RANKS_MAIN)
     out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
         assert r["before_wait"] == [[float(rank + 1)] * 2, False]
@@ -327,13 +331,6 @@ def worker(rank, port, queue):
     dist.destroy_process_group()
     queue.put((rank, r))
 
-if __name__ == "__main__":
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(worker, args=(port, queue), nprocs=2)
-    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
 """
 
 
@@ -341,7 +338,7 @@ def test_avg_divides_in_the_tensors_dtype_as_oneccls_avg(run_emulated, tmp_path)
     # ProcessGroupXCCL maps AVG to ccl::reduction::avg (oneCCL >= 2021.15): integer tensors stay integer and
     # truncate, as NCCL's ncclAvg; SUM followed by a true division would fail to cast the result back to Long
     script = tmp_path / "avg.py"
-    script.write_text(_AVG)
+    script.write_text(_AVG + _TWO_RANKS_MAIN)
     out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     r0, r1 = json.loads(out.strip().splitlines()[-1])
     for r in (r0, r1):
