@@ -228,6 +228,17 @@ def test_fsdp1_fsdp2_device_mesh_and_sharded_checkpoints(run_emulated, tmp_path)
     }
 
 
+# Runs `worker(rank, port, queue)` on two spawned ranks and prints what each put in the queue, by rank.
+_TWO_RANKS_MAIN = """
+if __name__ == "__main__":
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(worker, args=(port, queue), nprocs=2)
+    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
+"""
+
 _STRICT_XCCL = """
 import json, os, socket, sys, warnings, torch, torch.distributed as dist
 import torch.multiprocessing as mp
@@ -273,19 +284,12 @@ def worker(rank, port, queue):
     dist.destroy_process_group()
     queue.put((rank, r))
 
-if __name__ == "__main__":
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    mp.spawn(worker, args=(port, queue), nprocs=2)
-    print(json.dumps([r for _, r in sorted([queue.get(), queue.get()])]))
 """
 
 
 def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_emulated, tmp_path):
     script = tmp_path / "strict.py"
-    script.write_text(_STRICT_XCCL)
+    script.write_text(_STRICT_XCCL + _TWO_RANKS_MAIN)
     out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
         assert r["before_wait"] == [[float(rank + 1)] * 2, False]
@@ -300,6 +304,53 @@ def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_e
             ["TypeError", "Cannot use ReduceOp.AVG with boolean inputs"],
         ]
         assert r["foreign_barrier"] == "DistBackendError"
+
+
+_AVG = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
+    r = {}
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.float32, torch.bfloat16):
+        t = torch.tensor([rank + 1, 4 * rank + 2, 7], dtype=dtype, device="xpu")  # sums 3, 8, 14
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        r[str(dtype)] = [str(t.dtype), t.tolist()]
+    t = torch.tensor(rank + 2, device="xpu")  # what self.log(int, sync_dist=True) all-reduces: sum 5
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    r["scalar"] = [str(t.dtype), t.item()]
+    out = torch.empty(2, dtype=torch.int64, device="xpu")
+    dist.reduce_scatter_tensor(out, torch.arange(4, device="xpu") + rank, op=dist.ReduceOp.AVG)
+    r["reduce_scatter"] = out.tolist()
+    red = torch.tensor([rank + 1], device="xpu")
+    dist.reduce(red, dst=0, op=dist.ReduceOp.AVG)
+    r["reduce"] = red.tolist()
+    dist.destroy_process_group()
+    queue.put((rank, r))
+
+"""
+
+
+def test_avg_divides_in_the_tensors_dtype_as_oneccls_avg(run_emulated, tmp_path):
+    # ProcessGroupXCCL maps AVG to ccl::reduction::avg (oneCCL >= 2021.15): integer tensors stay integer and
+    # truncate, as NCCL's ncclAvg; SUM followed by a true division would fail to cast the result back to Long
+    script = tmp_path / "avg.py"
+    script.write_text(_AVG + _TWO_RANKS_MAIN)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    r0, r1 = json.loads(out.strip().splitlines()[-1])
+    for r in (r0, r1):
+        assert r["torch.int64"] == ["torch.int64", [1, 4, 7]]
+        assert r["torch.int32"] == ["torch.int32", [1, 4, 7]]
+        assert r["torch.uint8"] == ["torch.uint8", [1, 4, 7]]
+        assert r["torch.float32"] == ["torch.float32", [1.5, 4.0, 7.0]]
+        assert r["torch.bfloat16"] == ["torch.bfloat16", [1.5, 4.0, 7.0]]
+        assert r["scalar"] == ["torch.int64", 2]
+    assert r0["reduce_scatter"] == [0, 1]  # sums [1, 3] of rank 0's chunk
+    assert r1["reduce_scatter"] == [2, 3]  # sums [5, 7]
+    assert r0["reduce"] == [1]  # the root: sum 3, averaged
 
 
 @pytest.mark.parametrize("bindings", [False, True])

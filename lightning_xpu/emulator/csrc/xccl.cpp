@@ -4,8 +4,9 @@
 // ProcessGroup routing, object collectives, device_id binding, DeviceMesh and functional collectives see an
 // xpu backend. Each collective runs gloo on CPU tensors that alias the device memory (no copies) and waits
 // for it; the returned Work is complete and its future holds the xpu tensors (DDP's reducer reads it).
-// ReduceOp.AVG, which gloo lacks, is SUM followed by a division; reduce-scatter is an all-reduce of the
-// input followed by taking this rank's chunk (gloo's support for it varies across torch versions).
+// ReduceOp.AVG, which gloo lacks, is SUM followed by a division (as oneCCL's reduction::avg, see average());
+// reduce-scatter is an all-reduce of the input followed by taking this rank's chunk (gloo's support for it
+// varies across torch versions).
 // Reduction ops and dtypes XCCL does not support fail with ProcessGroupXCCL's exception types and messages
 // (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp). With the asynchronous device model (the default), an
 // async_op=True collective keeps its results back: its outputs change at Work.wait() (or a device synchronize).
@@ -109,8 +110,24 @@ std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ts) {
 
 void finish(const c10::intrusive_ptr<Work>& w) { w->wait(); }
 
-// Reductions gloo cannot do itself become SUM (+ division for AVG).
+// Reductions gloo cannot do itself become SUM (+ division for AVG, see average()).
 bool is_avg(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
+
+// Whether the modelled ProcessGroupXCCL maps AVG to oneCCL's ccl::reduction::avg (XCCL_HAS_AVG, oneCCL >= 2021.15).
+// Every torch XPU wheel from the floor up has it: 2.8 ships oneCCL 2021.15, 2.9 2021.16, 2.10 and later 2021.17.
+// Built against an older oneCCL, ProcessGroupXCCL reduces with SUM and then runs `output.div_(size)`, which fails
+// for integer tensors ("result type Float can't be cast to the desired output type Long") and accepts bool.
+bool xccl_has_avg() { return true; }
+
+// Turns the SUM of `size` ranks into their AVG, in place, as the modelled ProcessGroupXCCL's AVG does.
+void average(at::Tensor& t, int64_t size) {
+  // oneCCL's avg divides the sum in the tensor's own type: integers truncate (unverified on hardware for
+  // negative sums, see README.md), as NCCL's ncclAvg does.
+  if (xccl_has_avg() && !(t.is_floating_point() || t.is_complex()))
+    t.div_(size, "trunc");
+  else
+    t.div_(size);
+}
 
 // As ProcessGroupXCCL's getXcclReduceOp: XCCL has MIN, MAX, SUM, PRODUCT and AVG.
 void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) {
@@ -125,7 +142,7 @@ void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) 
   }
   if (name != nullptr) C10_THROW_ERROR(ValueError, std::string("Cannot use ReduceOp.") + name + " with XCCL");
   for (const auto& t : ts)
-    if (t.scalar_type() == at::kBool && op.op_ == R::AVG)
+    if (t.scalar_type() == at::kBool && op.op_ == R::AVG && xccl_has_avg())
       C10_THROW_ERROR(TypeError, "Cannot use ReduceOp.AVG with boolean inputs");
 }
 
@@ -213,7 +230,7 @@ class EmuXccl final : public c10d::Backend {
       if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
       finish(gloo_->reduce(v, o));
       if (is_avg(opts.reduceOp) && getRank() == opts.rootRank)
-        for (auto& t : v) t.div_(getSize());
+        for (auto& t : v) average(t, getSize());
     });
   }
 
@@ -399,7 +416,7 @@ class EmuXccl final : public c10d::Backend {
     o.timeout = opts.timeout;
     finish(gloo_->allreduce(sum, o));
     auto mine = sum[0].narrow(0, getRank() * out_flat.numel(), out_flat.numel());
-    if (is_avg(opts.reduceOp)) mine = mine.div(getSize());
+    if (is_avg(opts.reduceOp)) average(mine, getSize());  // `mine` is a view of the scratch copy `sum`
     out_flat.copy_(mine);
   }
 
@@ -409,7 +426,7 @@ class EmuXccl final : public c10d::Backend {
     if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
     finish(gloo_->allreduce(v, o));
     if (is_avg(opts.reduceOp))
-      for (auto& t : v) t.div_(getSize());
+      for (auto& t : v) average(t, getSize());
   }
 
   void allgather_base_now(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) {
