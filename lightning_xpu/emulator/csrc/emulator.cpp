@@ -766,26 +766,84 @@ void PinnedAllocator::deleter(void* p) {
 REGISTER_ALLOCATOR(kXPU, &allocator);
 
 // ---------------------------------------------------------------- generators
-// An xpu-typed generator whose random engine is a CPU generator: CPU kernels run by the
-// fallback receive the engine, Python sees a generator on xpu:i with the CPU state format.
+// A seed + offset generator with the state layout and semantics of torch's XPUGeneratorImpl (Philox on hardware):
+// get_state() is 16 bytes (uint64 seed, uint64 offset), set_state() takes 16 bytes (or 8: seed only, offset 0),
+// setting the seed resets the offset to 0, offsets are multiples of 4, and every random operator reserves
+// (seed, offset) under the generator's lock and advances the offset. The fallback runs the CPU kernel with a fresh
+// CPU generator derived from that (seed, offset) pair: the same pair gives the same numbers, but not Intel's numbers.
+struct EmuGeneratorState : public c10::intrusive_ptr_target {
+  uint64_t seed = c10::default_rng_seed_val;
+  uint64_t offset = 0;
+  EmuGeneratorState(uint64_t s, uint64_t o) : seed(s), offset(o) {}
+};
+
+constexpr uint64_t kPhiloxRound = 4;
+constexpr size_t kSeedSize = sizeof(uint64_t), kOffsetSize = sizeof(uint64_t);
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 struct EmuGenerator final : public c10::GeneratorImpl {
-  at::Generator engine;
-  explicit EmuGenerator(c10::DeviceIndex d, at::Generator e = at::detail::createCPUGenerator())
-      : c10::GeneratorImpl(c10::Device(kXPU, d), c10::DispatchKeySet(c10::DispatchKey::XPU)),
-        engine(std::move(e)) {}
-  c10::GeneratorImpl* eng() const { return engine.unsafeGetGeneratorImpl(); }
-  void set_current_seed(uint64_t s) override { std::lock_guard<std::mutex> g(eng()->mutex_); eng()->set_current_seed(s); }
-  void set_offset(uint64_t o) override { std::lock_guard<std::mutex> g(eng()->mutex_); eng()->set_offset(o); }
-  uint64_t get_offset() const override { std::lock_guard<std::mutex> g(eng()->mutex_); return eng()->get_offset(); }
-  uint64_t current_seed() const override { return eng()->current_seed(); }
-  uint64_t seed() override { std::lock_guard<std::mutex> g(eng()->mutex_); return eng()->seed(); }
-  void set_state(const c10::TensorImpl& s) override { std::lock_guard<std::mutex> g(eng()->mutex_); eng()->set_state(s); }
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override { std::lock_guard<std::mutex> g(eng()->mutex_); return eng()->get_state(); }
+  c10::intrusive_ptr<EmuGeneratorState> state;
+  explicit EmuGenerator(c10::DeviceIndex d, c10::intrusive_ptr<EmuGeneratorState> st =
+                                                 c10::make_intrusive<EmuGeneratorState>(c10::default_rng_seed_val, 0))
+      : c10::GeneratorImpl(c10::Device(kXPU, d), c10::DispatchKeySet(c10::DispatchKey::XPU)), state(std::move(st)) {}
+  // As in torch, callers (torch.Generator's methods, the kernels) hold mutex_; these do not lock.
+  void set_current_seed(uint64_t s) override { state->seed = s; state->offset = 0; }
+  void set_offset(uint64_t o) override {
+    TORCH_CHECK(o % kPhiloxRound == 0, "offset must be a multiple of 4");
+    state->offset = o;
+  }
+  uint64_t get_offset() const override { return state->offset; }
+  uint64_t current_seed() const override { return state->seed; }
+  uint64_t seed() override {
+    auto random = c10::detail::getNonDeterministicRandom(true);
+    set_current_seed(random);
+    return random;
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    auto t = at::detail::empty_cpu({static_cast<int64_t>(kSeedSize + kOffsetSize)}, c10::ScalarType::Byte,
+                                   std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+    std::memcpy(t.data_ptr<uint8_t>(), &state->seed, kSeedSize);
+    std::memcpy(t.data_ptr<uint8_t>() + kSeedSize, &state->offset, kOffsetSize);
+    return t.getIntrusivePtr();
+  }
+  void set_state(const c10::TensorImpl& s) override {
+    at::detail::check_rng_state(s);
+    auto n = s.numel();
+    TORCH_CHECK(n == static_cast<int64_t>(kSeedSize) || n == static_cast<int64_t>(kSeedSize + kOffsetSize),
+                "RNG state is wrong size");
+    const auto* bytes = s.data_dtype_initialized<uint8_t>();
+    uint64_t seed = 0, offset = 0;
+    std::memcpy(&seed, bytes, kSeedSize);
+    if (n > static_cast<int64_t>(kSeedSize)) std::memcpy(&offset, bytes + kSeedSize, kOffsetSize);
+    set_current_seed(seed);
+    set_offset(offset);
+  }
+  void graphsafe_set_state(const c10::intrusive_ptr<c10::GeneratorImpl>& other) override {
+    auto* g = dynamic_cast<EmuGenerator*>(other.get());
+    TORCH_CHECK(g, "Expected a XPU Generator");
+    state = g->state;
+  }
+  c10::intrusive_ptr<c10::GeneratorImpl> graphsafe_get_state() const override {
+    return c10::make_intrusive<EmuGenerator>(device().index(), state);
+  }
+  // What a kernel does with philox_engine_inputs(increment), caller holding mutex_: the CPU generator the operator
+  // runs with, derived from (seed, offset); `advance` then moves the offset past what the operator drew.
+  at::Generator engine() const {
+    return at::detail::createCPUGenerator(splitmix64(state->seed ^ splitmix64(state->offset)));
+  }
+  void advance(uint64_t increment) {
+    state->offset += (increment + kPhiloxRound - 1) / kPhiloxRound * kPhiloxRound;
+  }
   static c10::DeviceType device_type() { return kXPU; }
  private:
   EmuGenerator* clone_impl() const override {
-    std::lock_guard<std::mutex> g(eng()->mutex_);
-    return new EmuGenerator(device().index(), engine.clone());
+    return new EmuGenerator(device().index(), c10::make_intrusive<EmuGeneratorState>(state->seed, state->offset));
   }
 };
 
@@ -798,8 +856,10 @@ const at::Generator& default_generator(c10::DeviceIndex d) {
 }
 
 void make_default_generators(int n) {
-  for (int i = static_cast<int>(default_generators.size()); i < n; ++i)
+  for (int i = static_cast<int>(default_generators.size()); i < n; ++i) {
     default_generators.push_back(at::make_generator<EmuGenerator>(i));
+    default_generators.back().seed();  // a default generator starts from a random seed, as getDefaultXPUGenerator's
+  }
 }
 
 // ---------------------------------------------------------------- hooks
@@ -1253,6 +1313,35 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
   enqueue(*fs.device, current_stream_id(*fs.device));
 
+  // A random operator: hold its xpu generator's lock while the CPU kernel runs with the engine for (seed, offset),
+  // then advance the offset by what it wrote.
+  EmuGenerator* rng = nullptr;
+  std::unique_lock<std::mutex> rng_lock;
+  for (size_t i = 0; i < n_args && !rng; ++i) {
+    auto type = args[i].type();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+    if (type->kind() != c10::TypeKind::GeneratorType) continue;
+    auto& v = (*stack)[first + i];
+    const at::Generator& gen = v.isNone() ? default_generator(*fs.device) : v.toGenerator();
+    TORCH_CHECK(gen.device().type() == kXPU, "Expected a 'xpu' device type for generator but found '",
+                c10::DeviceTypeName(gen.device().type(), true), "'");
+    rng = dynamic_cast<EmuGenerator*>(gen.unsafeGetGeneratorImpl());
+    TORCH_CHECK(rng, "not an emulated xpu generator");
+    rng_lock = std::unique_lock<std::mutex>(rng->mutex_);
+    v = c10::IValue(rng->engine());
+  }
+  auto advance_rng = [&]() {
+    if (!rng) return;
+    int64_t written = 0;
+    const auto n_rets = schema.returns().size();
+    for (size_t i = stack->size() - n_rets; i < stack->size(); ++i) {
+      const auto& v = (*stack)[i];
+      if (v.isTensor()) written = std::max(written, v.toTensor().numel());
+      else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) written = std::max(written, t.numel());
+    }
+    rng->advance(static_cast<uint64_t>(written));
+  };
+
   if (has_out) {
     // out= variants may resize their outputs: torch's own CPU fallback copies in and out.
     tl_in_fallback = true;
@@ -1263,6 +1352,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       throw;
     }
     tl_in_fallback = false;
+    advance_rng();
     return;
   }
 
@@ -1271,19 +1361,13 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     auto& v = (*stack)[first + i];
     if (v.isDevice() && v.toDevice().type() == kXPU) {
       v = c10::IValue(c10::Device(c10::kCPU));
-    } else if (v.isGenerator() && v.toGenerator().device().type() == kXPU) {
-      auto* g = dynamic_cast<EmuGenerator*>(v.toGenerator().unsafeGetGeneratorImpl());
-      TORCH_CHECK(g, "not an emulated xpu generator");
-      v = c10::IValue(g->engine);
-    } else if (v.isNone() && args[i].name() == "generator") {
-      auto* g = static_cast<EmuGenerator*>(default_generator(*fs.device).unsafeGetGeneratorImpl());
-      v = c10::IValue(g->engine);
     } else {
       v = fs.to_host(v);
     }
   }
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  advance_rng();
 
   const auto& rets = schema.returns();
   auto n_rets = rets.size();
@@ -1317,6 +1401,18 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// CPU's native_dropout draws its mask from the CPU default generator (it has no generator argument); on XPU it
+// draws from the device's. Composed of xpu operators, its bernoulli_ goes through the fallback's xpu generator.
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  if (input.numel() == 0) return std::make_tuple(input, at::empty_like(input));
+  if (train.has_value() && !*train)
+    return std::make_tuple(input.clone(), at::ones_like(input, input.options().dtype(at::kBool)));
+  const double p1m = 1. - p;
+  const double scale = p1m == 0 ? 0. : 1. / p1m;
+  auto mask = at::empty_like(input, input.options().dtype(at::kBool)).bernoulli_(p1m);
+  return std::make_tuple(input.mul(mask).mul_(scale), mask);
+}
+
 }  // namespace xpu_emu
 
 // torch internals: the XPU dispatch key has no kernels in a CPU build; these fill it.
@@ -1337,6 +1433,7 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("set_.source_Tensor", at::native::set_tensor_);
   m.impl("set_", set_empty);
   m.impl("record_stream", record_stream);
+  m.impl("native_dropout", native_dropout);
   m.impl("convolution_overrideable", convolution_overrideable);
   m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
   m.impl("_thnn_fused_lstm_cell", fused_lstm_cell);
