@@ -3,8 +3,10 @@
 Switched on by ``LIGHTNING_XPU_EMULATOR=N`` in the environment (every Python process started under it sees ``N``
 emulated devices right after ``import torch``), or by :func:`enable` right after ``import torch``.
 ``LIGHTNING_XPU_EMULATOR_DEVICE`` picks the device profile (``max1550`` by default, ``max1100``, ``arc-a770``,
-``b580``, ``lnl``); ``LIGHTNING_XPU_EMULATOR_SYNC=1`` switches the asynchronous device model off. README.md lists
-what the emulator reproduces. Importing this package imports nothing from torch and changes nothing.
+``b580``, ``lnl``); ``LIGHTNING_XPU_EMULATOR_SYNC=1`` switches the asynchronous device model off.
+``LIGHTNING_XPU_EMULATOR_TORCH`` (a release from 2.8 to the running torch's) and ``LIGHTNING_XPU_EMULATOR_PYZES``
+(``0``, the default, or ``1``) pick the torch version profile. README.md lists what the emulator reproduces.
+Importing this package imports nothing from torch and changes nothing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,10 @@ def _status() -> int:
     import torch
 
     emulator.enable()  # no-op when the start-up hook already did it
-    print(f"XPU emulator: on, {torch.xpu.device_count()} emulated device(s), torch {torch.__version__}")
+    from lightning_xpu.emulator import _runtime
+
+    modelled = _runtime.version_profile().label
+    print(f"XPU emulator: on, {torch.xpu.device_count()} emulated device(s), torch {torch.__version__} as {modelled}")
     for i in range(torch.xpu.device_count()):
         props = torch.xpu.get_device_properties(i)
         print(

@@ -3,7 +3,7 @@
 The native part (``csrc/emulator.cpp``) registers the XPU device guard, hooks, allocator and kernels. This module
 fills the Python side the way an XPU build of torch has it: the ``torch._C._xpu_*`` functions and
 ``torch._C._has_xpu``, so that the unmodified ``torch.xpu`` module (lazy init, queued seeds, fork poisoning,
-memory statistics, streams) runs on top of them.
+memory statistics, streams) runs on top of them, trimmed to the torch release of the version profile (_versions.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from lightning_xpu.emulator import _build
 from lightning_xpu.emulator._profiles import EmulatedDeviceProperties, Profile, get_profile
+from lightning_xpu.emulator._versions import MEMORY_STAT_GROUPS_BEFORE_2_11, TorchProfile, torch_profile
 
 ENV_SYNC = "LIGHTNING_XPU_EMULATOR_SYNC"
 
@@ -43,6 +44,11 @@ def profile() -> Profile:
     return _state["profile"]
 
 
+def version_profile() -> TorchProfile:
+    native()
+    return _state["torch_profile"]
+
+
 def enable(num_devices: int, profile_key: str) -> None:
     """Load the native part and install the Python surface (idempotent for the same arguments)."""
     prof = get_profile(profile_key)
@@ -64,6 +70,7 @@ def enable(num_devices: int, profile_key: str) -> None:
                 "Unset LIGHTNING_XPU_EMULATOR to use the real devices."
             )
         _check_cpu_only_build(torch)
+        versions = torch_profile(torch.__version__)
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
@@ -87,10 +94,10 @@ def enable(num_devices: int, profile_key: str) -> None:
                 "process. Set LIGHTNING_XPU_EMULATOR=N in the environment before starting Python (the startup hook "
                 "enables it right after `import torch`)."
             )
-        _install_torch_c(torch, ext, prof)
-        _install_torch_xpu(torch, num_devices, prof)
+        _install_torch_c(torch, ext, prof, versions)
+        _install_torch_xpu(torch, num_devices, prof, versions)
         atexit.register(_stop_autograd_device_threads, ext, os.getpid())
-        _state.update(native=ext, num_devices=num_devices, profile=prof)
+        _state.update(native=ext, num_devices=num_devices, profile=prof, torch_profile=versions)
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
@@ -114,7 +121,7 @@ def _stop_autograd_device_threads(ext: ModuleType, pid: int) -> None:
         os.environ["TORCH_AUTOGRAD_SHUTDOWN_WAIT_LIMIT"] = "0"
 
 
-def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
+def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile, versions: TorchProfile) -> None:
     """The ``torch._C`` functions of an XPU build (torch/csrc/xpu/Module.cpp), backed by the native module."""
     props: list[EmulatedDeviceProperties] = []
 
@@ -151,13 +158,20 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
     def stream_from_external(data_ptr: int, device: int) -> Any:
         raise NotImplementedError("external SYCL queues do not exist on the emulated XPU")
 
+    def memory_stats(device: int) -> dict[str, Any]:
+        stats = ext.memory_stats(index(device))
+        if versions.all_memory_stat_groups:
+            return stats
+        return {group: stats[group] for group in MEMORY_STAT_GROUPS_BEFORE_2_11}
+
     c = torch._C
     c._has_xpu = True
     c._XpuDeviceProperties = EmulatedDeviceProperties
     functions = {
         "_xpu_init": xpu_init,
         "_xpu_isInBadFork": ext.is_in_bad_fork,
-        "_xpu_getDeviceCount": ext.device_count,
+        # counting through the runtime arms the fork poisoning, in every release (Module.cpp)
+        "_xpu_getDeviceCount": ext.get_device_count,
         "_xpu_setDevice": ext.set_device,
         "_xpu_getDevice": ext.get_device,
         "_xpu_exchangeDevice": ext.exchange_device,
@@ -168,7 +182,7 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
         "_xpu_synchronize": lambda device: ext.synchronize(device),
         "_xpu_getArchFlags": lambda: None,
         "_xpu_emptyCache": ext.empty_cache,
-        "_xpu_memoryStats": lambda device: ext.memory_stats(index(device)),
+        "_xpu_memoryStats": memory_stats,
         "_xpu_resetPeakMemoryStats": lambda device: ext.reset_peak_memory_stats(device),
         "_xpu_resetAccumulatedMemoryStats": lambda device: ext.reset_accumulated_memory_stats(device),
         "_xpu_getMemoryInfo": lambda device: ext.mem_get_info(device),
@@ -179,11 +193,12 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile) -> None:
         "_xpu_memorySnapshot": memory_snapshot,
     }
     for name, fn in functions.items():
-        setattr(c, name, fn)
+        if versions.has_c_name(name):
+            setattr(c, name, fn)
 
 
-def _install_torch_xpu(torch: Any, stacks: int, prof: Profile) -> None:
-    """Rebind what ``torch.xpu`` captured at import time from the CPU build."""
+def _install_torch_xpu(torch: Any, stacks: int, prof: Profile, versions: TorchProfile) -> None:
+    """Rebind what ``torch.xpu`` captured at import time from the CPU build; trim it to the profile's release."""
     import torch.xpu.random
     import torch.xpu.streams
     from torch import xpu
@@ -195,8 +210,42 @@ def _install_torch_xpu(torch: Any, stacks: int, prof: Profile) -> None:
     xpu._exchange_device = c._xpu_exchangeDevice
     xpu._maybe_exchange_device = c._xpu_maybeExchangeDevice
     xpu._is_in_bad_fork = c._xpu_isInBadFork
-    # Emulate the torch 2.13 Level Zero Sysman count (pyzes): counting devices does not initialise them, so
-    # is_available() and device_count() stay fork-safe; initialisation (set_device, tensors) poisons fork.
+    _install_device_count(torch, stacks, prof, versions)
+    Stream, Event = make_stream_classes(torch)
+    for module in (xpu, torch.xpu.streams):
+        module.Stream = Stream
+        module.Event = Event
+
+
+def _install_device_count(torch: Any, stacks: int, prof: Profile, versions: TorchProfile) -> None:
+    """Count devices as the profile's release does on a machine with or without ``pyzes``."""
+    import sys
+
+    from torch import xpu
+
+    for name in versions.missing_xpu_names():
+        for module in (xpu, xpu.memory):
+            if hasattr(module, name):
+                delattr(module, name)
+    xpu.__all__ = [name for name in xpu.__all__ if versions.has_xpu_name(name)]
+    if versions.version < (2, 13):
+
+        def device_count() -> int:
+            """Return the number of XPU device available."""
+            # torch 2.8-2.12: always through the runtime (torch._C._xpu_getDeviceCount), which poisons forks
+            if not xpu._is_compiled():
+                return 0
+            return torch._C._xpu_getDeviceCount()
+
+        xpu.device_count = device_count  # is_available() and torch.accelerator look it up at every call
+        return
+    if not versions.pyzes:
+        # torch's own _device_count_zes runs and finds no pyzes (it returns -1), as do the telemetry functions
+        sys.modules["pyzes"] = None  # type: ignore[assignment]
+        return
+
+    # The Level Zero Sysman count with pyzes: counting devices does not initialise them, so is_available() and
+    # device_count() stay fork-safe; initialisation (set_device, tensors) poisons fork.
     # torch's own parser reads ZE_AFFINITY_MASK at every call; a COMPOSITE mask ("0.1") makes it fall back to the
     # runtime's count, which enumerates the devices once and for all, as an XPU build does.
     def device_count_zes() -> int:
@@ -208,7 +257,3 @@ def _install_torch_xpu(torch: Any, stacks: int, prof: Profile) -> None:
         return len(visible.intersection(range(slots)))
 
     xpu._device_count_zes = device_count_zes
-    Stream, Event = make_stream_classes(torch)
-    for module in (xpu, torch.xpu.streams):
-        module.Stream = Stream
-        module.Event = Event

@@ -154,6 +154,7 @@ def test_out_of_memory_and_out_of_range(run_emulated):
 
 
 def test_fork_after_init_is_poisoned(run_emulated):
+    # with pyzes, torch 2.13+ counts devices without initialising the runtime (test_versions.py: without it)
     out = run_emulated(
         """
         import multiprocessing as mp, torch
@@ -170,7 +171,8 @@ def test_fork_after_init_is_poisoned(run_emulated):
         torch.ones(1, device="xpu")                               # initialises the device
         p = ctx.Process(target=child, args=(q,)); p.start(); after = (q.get(), q.get()); p.join()
         print(repr((before, after)))
-        """
+        """,
+        env={"LIGHTNING_XPU_EMULATOR_PYZES": "1"},
     )
     before, after = eval(out)
     assert before == (False, "no error")  # counting/availability before init is fork-safe

@@ -1556,6 +1556,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("is_in_bad_fork", []() { return torch::utils::is_device_in_bad_fork(kXPU); });
   m.def("device_count", []() { return num_devices(); });
+  m.def("get_device_count", []() {
+    // As torch/csrc/xpu/Module.cpp's _xpu_getDeviceCount: counting through the runtime arms the fork poisoning.
+    torch::utils::register_fork_handler_for_device_init(kXPU);
+    return num_devices();
+  });
   m.def("set_device", [](c10::DeviceIndex d) { check_index(d); tl_device = d; });
   m.def("get_device", []() { return tl_device; });
   m.def("exchange_device", [](c10::DeviceIndex d) {
