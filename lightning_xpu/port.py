@@ -34,6 +34,10 @@ from lightning_xpu.series import Patch, Series
 from lightning_xpu.testmerge import fold_tree, is_candidate, namesake_of, unfold_text
 
 _COMMITTER = {k: BASE_IDENT[k] for k in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")}
+# the temporary unfold commit is squashed into the patch's own commit, which keeps that commit's author; naming
+# one here lets `port` run where git has no identity configured
+_TEMPORARY_IDENT = {**_COMMITTER, "GIT_AUTHOR_NAME": BASE_IDENT["GIT_AUTHOR_NAME"],
+                    "GIT_AUTHOR_EMAIL": BASE_IDENT["GIT_AUTHOR_EMAIL"]}
 _TAG = "lightning-xpu/base"
 _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.[0-9a-f]+", re.M)
 
@@ -240,7 +244,7 @@ def _unfold(repo: Path, patch: Patch) -> list[str]:
     if restored:
         run_git(["add", "-A", "--", *restored, *(namesake_of(p, repo) for p in restored)], repo)
         run_git(["commit", "--quiet", "--no-verify", "-m", "lightning-xpu: unfold " + ", ".join(restored)], repo,
-                env=_COMMITTER)
+                env=_TEMPORARY_IDENT)
     return restored
 
 

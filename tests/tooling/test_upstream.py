@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -251,7 +252,8 @@ def test_plan_and_fold_text(tmp_path: Path) -> None:
 
 
 def test_port_folds_test_files_into_their_namesakes_and_refolds_later_changes(world: dict[str, Path],
-                                                                            tmp_path: Path) -> None:
+                                                                            tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     upstream, release = world["upstream"], world["release_ws"]
     _write(upstream, NAMESAKE, NAMESAKE_SOURCE)
     git(upstream, "add", "-A")
@@ -270,7 +272,13 @@ def test_port_folds_test_files_into_their_namesakes_and_refolds_later_changes(wo
     assert [how for _, how in port(first, ws, world["sdist"]).applied] == ["3-way", "clean"]
     assert not (ws / XPU_TEST).exists() and 'assert LINE_15 == "xpu"' in (ws / NAMESAKE).read_text()
     assert git(ws, "show", "--stat", "--format=", "HEAD").count("|") == 1  # the fold is part of the patch's commit
-    # the release series grows: the later change to the folded file lands in the namesake, in one commit
+    # the release series grows: the later change to the folded file lands in the namesake, in one commit, also where
+    # git has no identity to commit the temporary unfold with (a fresh CI machine)
+    for var, value in {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_COUNT": "1",
+                       "GIT_CONFIG_KEY_0": "user.useConfigOnly", "GIT_CONFIG_VALUE_0": "true"}.items():
+        monkeypatch.setenv(var, value)
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
     assert port(series, ws, world["sdist"]).applied == [("0003-fabric-test-xpu-differently.patch", "clean")]
     text = (ws / NAMESAKE).read_text()
     assert 'assert LINE_15 != "cuda"' in text and "== \"xpu\"" not in text and text.count("def test_line_15") == 1
