@@ -113,20 +113,15 @@ void finish(const c10::intrusive_ptr<Work>& w) { w->wait(); }
 // Reductions gloo cannot do itself become SUM (+ division for AVG, see average()).
 bool is_avg(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
 
-// Whether the modelled ProcessGroupXCCL maps AVG to oneCCL's ccl::reduction::avg (XCCL_HAS_AVG, oneCCL >= 2021.15).
-// Every torch XPU wheel from the floor up has it: 2.8 ships oneCCL 2021.15, 2.9 2021.16, 2.10 and later 2021.17.
-// Built against an older oneCCL, ProcessGroupXCCL reduces with SUM and then runs `output.div_(size)`, which fails
-// for integer tensors ("result type Float can't be cast to the desired output type Long") and accepts bool.
-bool xccl_has_avg() { return true; }
-
-// Turns the SUM of `size` ranks into their AVG, in place, as the modelled ProcessGroupXCCL's AVG does.
+// Turns the SUM of `size` ranks into their AVG, in place, as ProcessGroupXCCL's AVG does: every torch XPU wheel from
+// the floor up is built against oneCCL >= 2021.15 (2.8 ships 2021.15, 2.9 2021.16, 2.10 and later 2021.17), so AVG is
+// oneCCL's ccl::reduction::avg (XCCL_HAS_AVG), which divides the sum in the tensor's own type: integers truncate
+// (unverified on hardware for negative sums, see README.md), as NCCL's ncclAvg does.
 void average(at::Tensor& t, int64_t size) {
-  // oneCCL's avg divides the sum in the tensor's own type: integers truncate (unverified on hardware for
-  // negative sums, see README.md), as NCCL's ncclAvg does.
-  if (xccl_has_avg() && !(t.is_floating_point() || t.is_complex()))
-    t.div_(size, "trunc");
-  else
+  if (t.is_floating_point() || t.is_complex())
     t.div_(size);
+  else
+    t.div_(size, "trunc");
 }
 
 // As ProcessGroupXCCL's getXcclReduceOp: XCCL has MIN, MAX, SUM, PRODUCT and AVG.
@@ -142,7 +137,7 @@ void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) 
   }
   if (name != nullptr) C10_THROW_ERROR(ValueError, std::string("Cannot use ReduceOp.") + name + " with XCCL");
   for (const auto& t : ts)
-    if (t.scalar_type() == at::kBool && op.op_ == R::AVG && xccl_has_avg())
+    if (t.scalar_type() == at::kBool && op.op_ == R::AVG)  // XCCL_HAS_AVG's check
       C10_THROW_ERROR(TypeError, "Cannot use ReduceOp.AVG with boolean inputs");
 }
 
