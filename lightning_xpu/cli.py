@@ -190,10 +190,39 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from lightning_xpu.doctor import collect, format_report
+    from lightning_xpu.verdict import diagnose
 
     data = collect()
-    print(json.dumps(data, indent=2) if args.json else format_report(data))
-    return 0
+    verdict = diagnose(data)
+    if args.json:
+        print(json.dumps({**data, "verdict": verdict.as_dict()}, indent=2))
+    else:
+        print(format_report(data) + "\n\n" + verdict.line())
+    return verdict.exit_status
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: this tool's version and the series it builds, read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version of lightning-xpu and of the series it ships, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from lightning_xpu import __version__
+
+        text = f"lightning-xpu {__version__}"
+        try:
+            from lightning_xpu.base import load_base
+            from lightning_xpu.series import find_series_dir, load_series
+
+            directory = find_series_dir()
+            series, version = load_series(directory), load_base(directory).version
+            text += f" (series of {series.version} patches: lightning {version}+{series.local_version})"
+        except ToolError as err:
+            text += f" (no series: {err})"
+        print(text)
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Intel GPU (xpu) support for PyTorch Lightning as a patch series against lightning 2.6.6.",
         epilog="Downloads are cached in $LIGHTNING_XPU_CACHE (default ~/.cache/lightning-xpu).",
     )
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     series_help = "directory holding `series`, the patches and base.toml (default: the checkout's patches/)"
 
@@ -262,10 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help)
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("doctor", help="report torch, XPU devices, xccl/ccl and the installed Lightning",
+    p = sub.add_parser("doctor", help="report torch, XPU devices, xccl/ccl and the installed Lightning, then a verdict",
                        description="Print torch version and build, torch.xpu availability, devices and memory, "
-                                   "xccl/ccl availability, which Lightning is installed and whether it is patched, "
-                                   "and the Level Zero / oneAPI environment variables.")
+                                   "the GPU render nodes, xccl/ccl availability, which Lightning is installed and "
+                                   "whether it is patched, and the Level Zero / oneAPI environment variables. The last "
+                                   "line is the verdict: usable, emulated, or not usable with the reason and the next "
+                                   "step. Exit status: 0 usable, 1 not usable, 3 emulated (LIGHTNING_XPU_EMULATOR).")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)
     return parser

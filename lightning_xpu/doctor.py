@@ -6,6 +6,7 @@ availability and the device count use torch's fork-safe discovery. Works on CPU-
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import importlib.util
 import json
@@ -34,6 +35,8 @@ def torch_report() -> dict[str, Any]:
         import torch
     except ImportError:
         return {"installed": False}
+    except Exception as err:  # noqa: BLE001 - e.g. the emulator refusing this torch build: report it, don't die
+        return {"installed": True, "import_error": f"{type(err).__name__}: {err}"}
     report: dict[str, Any] = {
         "installed": True,
         "version": torch.__version__,
@@ -64,6 +67,22 @@ def torch_report() -> dict[str, Any]:
         report["distributed"] = False
         report["xccl"] = False
     return report
+
+
+def gpu_node_report() -> dict[str, Any] | None:
+    """The GPU render nodes Level Zero opens and whether this user may open them; None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import grp  # Unix only
+
+    nodes = []
+    for path in sorted(glob.glob("/dev/dri/renderD*")):
+        try:
+            group = grp.getgrgid(os.stat(path).st_gid).gr_name
+        except (KeyError, OSError):
+            group = None
+        nodes.append({"path": path, "group": group, "accessible": os.access(path, os.R_OK | os.W_OK)})
+    return {"render_nodes": nodes, "wsl": os.path.exists("/dev/dxg")}
 
 
 def _site_manifest(root: Path) -> dict[str, Any] | None:
@@ -111,6 +130,7 @@ def collect() -> dict[str, Any]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "torch": torch_report(),
+        "gpu_nodes": gpu_node_report(),
         "emulator": _emulator_state(),
         "ccl_bindings": importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None,
         "lightning": lightning_report(),
@@ -129,6 +149,8 @@ def format_report(data: dict[str, Any]) -> str:
     torch = data["torch"]
     if not torch["installed"]:
         lines.append(("torch", "NOT INSTALLED"))
+    elif "import_error" in torch:
+        lines.append(("torch", f"IMPORT FAILED: {torch['import_error']}"))
     else:
         build = ", ".join(f"{k} {torch[k]}" for k in ("cuda", "xpu_build") if torch[k]) or "CPU only"
         lines.append(("torch", f"{torch['version']} ({build})"))
@@ -140,6 +162,11 @@ def format_report(data: dict[str, Any]) -> str:
             detail = dev.get("error") or f"{dev['name']}, {_gib(dev['total_memory'])}"
             lines.append((f"  xpu:{dev['index']}", detail + (" [emulated]" if data["emulator"] else "")))
         lines.append(("xccl", f"{_yn(torch.get('xccl'))} (default xpu backend: {torch.get('xpu_default_backend')})"))
+    nodes = data.get("gpu_nodes")
+    if nodes is not None:
+        listed = ", ".join(f"{n['path']} (group {n['group']}, {'accessible' if n['accessible'] else 'NOT accessible'})"
+                           for n in nodes["render_nodes"]) or "none"
+        lines.append(("GPU render nodes", listed + (" (WSL: /dev/dxg)" if nodes["wsl"] else "")))
     lines.append(("ccl (oneCCL bindings)", "installed" if data["ccl_bindings"] else "not installed"))
     emulator = {None: "not part of this install", True: "ON (XPU devices are emulated)", False: "off"}
     lines.append(("emulator", emulator[data["emulator"]]))

