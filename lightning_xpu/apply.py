@@ -1,5 +1,9 @@
 """Apply the series to a plain source tree (an unpacked sdist) or to an upstream git checkout, atomically.
 
+A release series kept with its master variant (``patches/master``) hands a git checkout whose history has the
+master variant's base commit to the master variant (``master_variant_for``); where the release series does not apply,
+the error says to use the master variant by name.
+
 Plain tree: the files the series touches are copied into a temporary directory, every patch is applied
 there with ``git apply``, and only when all of them applied are the results moved into the target, one
 ``os.replace`` per file. Git checkout: ``git am -3``; on failure ``git am --abort`` and a hard reset to
@@ -19,6 +23,9 @@ from pathlib import Path
 from lightning_xpu._git import clean_env, git_executable, is_git_toplevel, run_git
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Patch, Series
+from lightning_xpu.upstream import is_upstream_series, load_upstream_base
+
+MASTER_VARIANT = "master"  # the master variant's directory inside the release series' directory
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
 _ERROR = re.compile(r"^error: (.+)$")
@@ -192,3 +199,25 @@ def _existing_dir(path: Path) -> Path:
     if not (path / "src" / "lightning").is_dir():
         raise ToolError(f"{path} does not look like a Lightning source tree: it has no src/lightning/ directory")
     return path
+
+
+def master_variant_for(series_dir: Path, target: Path) -> Path | None:
+    """The master variant kept in ``series_dir`` when ``target`` is a git checkout whose history has its base."""
+    master = series_dir / MASTER_VARIANT
+    if not is_upstream_series(master) or not Path(target).is_dir() or not is_git_toplevel(Path(target)):
+        return None
+    commit = load_upstream_base(master).commit
+    proc = run_git(["merge-base", "--is-ancestor", commit, "HEAD"], Path(target), check=False)
+    return master if proc.returncode == 0 else None
+
+
+def master_variant_hint(series_dir: Path) -> str:
+    """What to say when the release series in ``series_dir`` does not apply to a target."""
+    master = series_dir / MASTER_VARIANT
+    if not is_upstream_series(master):
+        return ("if TARGET is upstream's master branch, apply the master variant: --series patches/master of a "
+                "lightning-xpu checkout")
+    shown = os.path.relpath(master) if master.resolve().is_relative_to(Path.cwd().resolve()) else str(master)
+    base = load_upstream_base(master)
+    return (f"this is the release series (against the sdist); if TARGET is upstream's {base.ref} branch, apply the "
+            f"master variant (against {base.ref} at {base.short}): add --series {shown}")

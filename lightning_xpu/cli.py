@@ -131,13 +131,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print(f"{verb} {', '.join(result.roots)} in {result.site_packages} to {result.version}: "
               f"{result.changed} changed, {result.added} added, {result.removed} removed files.")
         return 0
-    from lightning_xpu.apply import apply
+    from lightning_xpu.apply import PatchFailed, apply, master_variant_hint
+    from lightning_xpu.upstream import UpstreamBase, is_upstream_series
 
     if args.target is None:
         if not args.check:
             raise ToolError("give a TARGET directory, --installed, or --check to check against the pinned base")
-        from lightning_xpu.upstream import UpstreamBase
-
         if isinstance(base, UpstreamBase):
             return _check_upstream(series, base, args.upstream)
         from lightning_xpu.base import LIGHTNING, unpacked_sdist
@@ -146,7 +145,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
         result = apply(series, target, check=True)
         print(f"All {len(result.applied)} patches apply to the pinned base lightning {base.version}.")
         return 0
-    result = apply(series, args.target, check=args.check)
+    series = _pick_master_variant(series, base, args)
+    try:
+        result = apply(series, args.target, check=args.check)
+    except PatchFailed as err:
+        if is_upstream_series(series.directory):
+            raise
+        raise PatchFailed(f"{err}; {master_variant_hint(series.directory)}") from None
     what = "git checkout" if result.kind == "git" else "source tree"
     if args.check:
         print(f"All {len(result.applied)} patches apply to the {what} {result.target}.")
@@ -157,6 +162,23 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print(f"Skipped {len(result.already_present)} patches whose changes were already present (no commit): "
                   + ", ".join(result.already_present))
     return 0
+
+
+def _pick_master_variant(series, base: object, args: argparse.Namespace):  # noqa: ANN001, ANN202
+    """The default release series hands an upstream checkout that has the master variant's base to that variant."""
+    from lightning_xpu.apply import master_variant_for
+    from lightning_xpu.series import load_series
+    from lightning_xpu.upstream import UpstreamBase, load_upstream_base
+
+    if args.series is not None or isinstance(base, UpstreamBase):
+        return series
+    master = master_variant_for(series.directory, args.target)
+    if master is None:
+        return series
+    upstream = load_upstream_base(master)
+    print(f"{args.target} has upstream {upstream.ref} at {upstream.short} in its history: applying the master "
+          f"variant {master}.")
+    return load_series(master)
 
 
 def _check_upstream(series, base, checkout: Path | None) -> int:  # noqa: ANN001
@@ -271,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Apply the series atomically: to an upstream git checkout (git am -3), a plain "
                                    "source tree such as an unpacked sdist (git apply), or with --installed to the "
                                    "Lightning installed in this environment (with a backup; --revert restores it). "
-                                   "On failure the target is unchanged and the patch, file and hunk are named.")
+                                   "On failure the target is unchanged and the patch, file and hunk are named. Without "
+                                   "--series, a checkout whose history has the master variant's base commit "
+                                   "(patches/master/base.toml) gets the master variant.")
     p.add_argument("target", type=Path, nargs="?", metavar="TARGET", help="git checkout or source tree")
     p.add_argument("--check", action="store_true",
                    help="dry run; without TARGET, check the series against the pinned base")

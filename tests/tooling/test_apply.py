@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_xpu import cli
 from lightning_xpu.apply import PatchFailed, apply, apply_to_tree
 from lightning_xpu.errors import ToolError
 from lightning_xpu.series import Series, load_series
@@ -174,3 +175,44 @@ def test_cli_without_git_is_a_clear_error(fake_series: Series, sdist_copy: Path,
         "lightning-xpu: error: git is required but was not found on PATH; install git (2.28 or newer) and retry\n"
     )
     assert tree_digest(sdist_copy) == before
+
+
+def _master_variant(release: Series, commit: str, patches: int) -> Path:
+    """A master variant inside the release series' directory: its first ``patches`` patches, made against ``commit``."""
+    master = release.directory / "master"
+    master.mkdir()
+    for patch in release.patches[:patches]:
+        shutil.copy(patch.path, master)
+    (master / "series").write_text("".join(f"{p.name}\n" for p in release.patches[:patches]))
+    (master / "base.toml").write_text(f'[upstream]\nrepository = "https://example.invalid/upstream"\nref = "master"\n'
+                                      f'commit = "{commit}"\n')
+    return master
+
+
+def test_a_checkout_that_has_the_master_variants_base_gets_the_master_variant(
+        fake_series: Series, checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    head = git(checkout, "rev-parse", "HEAD").strip()
+    master = _master_variant(fake_series, head, 2)
+    monkeypatch.setattr("lightning_xpu.series.default_series_dir", lambda: fake_series.directory)
+    assert cli.main(["apply", str(checkout)]) == 0
+    out = capsys.readouterr().out
+    assert f"has upstream master at {head[:12]} in its history: applying the master variant {master}." in out
+    assert "Applied 2 patches as commits" in out
+    git(checkout, "reset", "-q", "--hard", head)
+    assert cli.main(["apply", str(checkout), "--series", str(fake_series.directory)]) == 0  # named: used as named
+    assert "Applied 3 patches as commits" in capsys.readouterr().out
+
+
+def test_a_release_series_that_does_not_apply_names_the_master_variant(
+        fake_series: Series, checkout: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    _break_cuda(checkout)
+    git(checkout, "commit", "-q", "-a", "-m", "upstream moved on")
+    master = _master_variant(fake_series, "0" * 40, 3)  # a base commit this checkout does not have
+    monkeypatch.setattr("lightning_xpu.series.default_series_dir", lambda: fake_series.directory)
+    assert cli.main(["apply", str(checkout)]) == 1
+    err = capsys.readouterr().err
+    assert "does not apply" in err and err.count("\n") == 1
+    assert err.rstrip().endswith("if TARGET is upstream's master branch, apply the master variant (against master "
+                                 f"at 000000000000): add --series {master}")
+    assert cli.main(["apply", str(checkout), "--series", str(master)]) == 1  # the master variant's own failure
+    assert "--series" not in capsys.readouterr().err
