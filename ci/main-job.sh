@@ -6,33 +6,56 @@
 #
 #   bash ci/main-job.sh                       # CPU-only machine: torch==2.13.0 (CPU build) + the emulated XPU
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/xpu bash ci/main-job.sh   # Intel GPU machine: XPU torch
+#
+# The venv's torch is the one asked for: TORCH_INDEX_URL's, or torch==2.13.0 without it. $venv/.lightning-xpu-torch
+# records where the installed torch came from and its version; when either differs, torch is replaced.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+unset LIGHTNING_XPU_EMULATOR  # this job decides: the real Intel GPUs where torch sees them, else emulated ones
 venv="${LIGHTNING_XPU_VENV:-$PWD/.venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
 pip() { "$py" -m pip --disable-pip-version-check --quiet "$@"; }
 
-if ! "$py" -c "import torch" 2>/dev/null; then
+wanted="${TORCH_INDEX_URL:-torch==2.13.0}"
+record="$venv/.lightning-xpu-torch"
+installed=$("$py" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+if [ -z "$installed" ] || [ "$(cat "$record" 2>/dev/null)" != "$wanted $installed" ]; then
+    if [ -n "$installed" ]; then
+        echo "Replacing torch $installed in $venv with ${TORCH_INDEX_URL:+the build of }$wanted."
+        pip uninstall -y torch
+    fi
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
         pip install torch --index-url "$TORCH_INDEX_URL"
     else
         pip install torch==2.13.0
     fi
+    echo "$wanted $("$py" -c "import torch; print(torch.__version__)")" > "$record"
 fi
 pip install ninja .
 "$venv/bin/lightning-xpu" build --install
-"$venv/bin/lightning-xpu" doctor
 
+# The doctor's exit status is its verdict: 0 usable (real Intel GPUs), 3 emulated, 1 not usable (its last line says
+# why and what to run next).
 if "$py" -c "import sys, torch; sys.exit(0 if torch.xpu.is_available() else 1)"; then
+    "$venv/bin/lightning-xpu" doctor
     devices=$("$py" -c "import torch; print(min(2, torch.xpu.device_count()))")
     echo "Training on ${devices} real Intel GPU(s)."
+elif "$py" -c "import sys, torch; sys.exit(0 if torch.xpu._is_compiled() else 1)"; then
+    "$venv/bin/lightning-xpu" doctor || true
+    echo "torch is an XPU build but sees no Intel GPU: the doctor's verdict above says why. Not emulating instead." >&2
+    exit 1
 else
     export LIGHTNING_XPU_EMULATOR=2
     devices=2
     echo "No Intel GPU visible: training on 2 EMULATED XPU devices (LIGHTNING_XPU_EMULATOR=2)."
-    "$py" -m lightning_xpu.emulator
+    status=0
+    "$venv/bin/lightning-xpu" doctor || status=$?
+    if [ "$status" -ne 3 ]; then
+        echo "lightning-xpu doctor did not find the emulated XPUs usable (exit $status, 3 means emulated)." >&2
+        exit 1
+    fi
 fi
 "$py" examples/train_xpu.py --devices 1 --precision bf16-mixed
 if [ "$devices" -ge 2 ]; then
