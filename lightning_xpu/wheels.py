@@ -114,8 +114,9 @@ def install(wheels: list[Path]) -> None:
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
-        raise ToolError("torch is not installed here; install the torch build for your device first "
-                        "(see README), so that pip does not pick one for you") from None
+        raise ToolError("torch is not installed here; install the torch build for your device first (Intel GPUs: "
+                        "pip install torch --index-url https://download.pytorch.org/whl/xpu), so that pip does not "
+                        "pick one for you") from None
     with tempfile.TemporaryDirectory(prefix="lightning-xpu-install-") as tmp:
         constraints = Path(tmp) / "constraints.txt"
         constraints.write_text(f"torch=={torch_version}\n", encoding="utf-8")

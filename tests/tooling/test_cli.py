@@ -125,3 +125,17 @@ def test_apply_check_with_a_relative_series_directory(fake_series_dir: Path) -> 
     proc = run_cli("apply", "--check", "--series", fake_series_dir.name, cwd=fake_series_dir.parent)
     assert proc.returncode == 0, proc.stderr
     assert "apply to the pinned base" in proc.stdout
+
+
+def test_build_install_without_torch_names_the_xpu_wheels(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from lightning_xpu import wheels
+    from lightning_xpu.errors import ToolError
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(ToolError, match=r"pip install torch --index-url https://download\.pytorch\.org/whl/xpu"):
+        wheels.install([])
