@@ -72,14 +72,14 @@ def _torch_problem(data: dict[str, Any]) -> Verdict | None:
     except InvalidVersion:
         too_old = False
     if too_old:
-        return _not_usable(f"torch {version} is older than {TORCH_FLOOR}, the first release Lightning supports on "
-                           "XPU (its XPU wheels bring the xccl backend)", f"pip install --upgrade torch --index-url "
-                                                                        f"{XPU_WHEELS}")
+        reason = (f"torch {version} is older than {TORCH_FLOOR}, the first release Lightning supports on XPU (its XPU "
+                  "wheels bring the xccl backend)")
+        return _not_usable(reason, f"pip install --upgrade torch --index-url {XPU_WHEELS}")
     requested = _emulator_requested(data)
     if requested and not data["emulator"]:
         if data["emulator"] is None:
             return _not_usable(f"{EMULATOR_VAR}={requested} is set, but this install has no emulator",
-                               "pip install lightning-xpu from a checkout (`pip install .`)")
+                               "`pip install .` in a clone of lightning-xpu")
         return _not_usable(f"{EMULATOR_VAR}={requested} is set, but the emulator did not start in this process (an "
                            "editable install has no start-up hook)", "python -m lightning_xpu.emulator --install-hook")
     if not torch["xpu"]["compiled"] and not data["emulator"]:
