@@ -86,22 +86,23 @@ def extension_load_error() -> str | None:
 
 
 def define_missing_operators() -> str | None:
-    """Declare torchvision's operators where its extension cannot load; return why it cannot, or None if it loads.
+    """Declare torchvision's operators where its extension cannot load; return why it cannot, or None if it loads
+    (then there is nothing to declare, whatever torchvision's version).
 
     Call it before anything imports torchvision. Calling it again does nothing more.
     """
     global _library, _reason
     if _library is not None:
         return _reason
+    reason = extension_load_error()
+    if reason is None:
+        return None
     installed = importlib.metadata.version("torchvision").split("+", 1)[0]
     if installed != TORCHVISION_VERSION:
         raise RuntimeError(
             f"tests/downstream/support/torchvision_ops.py declares torchvision {TORCHVISION_VERSION}'s operators, "
             f"but torchvision {installed} is installed: install torchvision=={TORCHVISION_VERSION} or update SCHEMAS"
         )
-    reason = extension_load_error()
-    if reason is None:
-        return None
     library = torch.library.Library("torchvision", "FRAGMENT")
     for schema, name in zip(SCHEMAS, operator_names(), strict=True):
         library.define(schema)
