@@ -7,27 +7,29 @@ is that one. Nothing is downloaded at run time: the hubs are offline and the mod
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+from pathlib import Path
 
-# before anything imports huggingface_hub (through timm): these are read once, at import
-for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
-    os.environ[_variable] = "1"
+import pytest
 
-import importlib.metadata  # noqa: E402
-from pathlib import Path  # noqa: E402
+from tests.downstream.support.selection import BUILD, BUILDS
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+if BUILD and BUILD not in BUILDS:
+    raise pytest.UsageError(f"set LIGHTNING_DOWNSTREAM_BUILD to one of {', '.join(BUILDS)}, not {BUILD!r}")
 
-from tests.downstream.support import torchvision_ops  # noqa: E402
-from tests.downstream.support.synthetic_data import make_folder_dataset  # noqa: E402
+if BUILD:
+    # before anything imports huggingface_hub (through timm): these are read once, at import
+    for _variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        os.environ[_variable] = "1"
 
-torchvision_ops.define_missing_operators()
+    import torch
 
-BUILDS = ("patched", "control")
+    from tests.downstream.support import torchvision_ops
 
+    # before anything imports torchvision (torchmetrics does, when Lightning is imported)
+    torchvision_ops.define_missing_operators()
 
-def pytest_configure(config: pytest.Config) -> None:
     if not torch.xpu.is_available():
         raise pytest.UsageError(
             "the downstream tier trains on an XPU: run it on an Intel GPU or with LIGHTNING_XPU_EMULATOR=1 "
@@ -38,18 +40,17 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def lightning_build() -> str:
     """``"patched"`` (this repository's wheels) or ``"control"`` (PyPI's 2.6.6), checked against what is installed."""
-    build = os.environ.get("LIGHTNING_DOWNSTREAM_BUILD", "")
-    if build not in BUILDS:
-        raise pytest.UsageError(f"set LIGHTNING_DOWNSTREAM_BUILD to one of {', '.join(BUILDS)}, not {build!r}")
     version = importlib.metadata.version("lightning")
-    if build == "patched":
+    if BUILD == "patched":
         assert "+xpu." in version, f"the patched build is tested, but lightning {version} is installed"
     else:
         assert version == "2.6.6", f"the control is PyPI's lightning 2.6.6, but lightning {version} is installed"
-    return build
+    return BUILD
 
 
 @pytest.fixture(scope="session")
 def folder_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny ``Folder`` data set: ``good/``, ``bad/`` and ``mask/``."""
+    from tests.downstream.support.synthetic_data import make_folder_dataset
+
     return make_folder_dataset(tmp_path_factory.mktemp("folder"))

@@ -20,7 +20,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.downstream.support.device_probe import DeviceProbe
+from tests.downstream.support.selection import skip_unless_selected
+
+skip_unless_selected()
+
+from tests.downstream.support.device_probe import DeviceProbe  # noqa: E402 (imports Lightning)
 
 SUPPORT = Path(__file__).parent / "support"
 IMAGE_SIZE = (64, 64)
@@ -86,7 +90,7 @@ def assert_device_log(build: str, log: str, warned: list[str]) -> None:
         assert CONTROL_LOG in log
 
 
-def test_engine_imports() -> None:
+def test_engine_imports(lightning_build: str) -> None:
     """anomalib registers its accelerator and strategy at import, beside Lightning's own "xpu"."""
     from anomalib.engine import Engine, SingleXPUStrategy, XPUAccelerator  # noqa: F401
     from lightning.pytorch.strategies import StrategyRegistry

@@ -15,6 +15,9 @@ import pytest
 import torch
 
 from tests.downstream.support import torchvision_ops
+from tests.downstream.support.selection import skip_unless_selected
+
+skip_unless_selected()
 
 if torchvision_ops.define_missing_operators() is None:
     pytest.skip(
