@@ -210,20 +210,21 @@ def test_mpiexec_four_ranks_two_nodes(launch, tmp_path, mpiexec):
     launch.assert_no_orphans()
 
 
-def test_mpiexec_one_xpu_per_rank(launch, tmp_path, mpiexec):
-    """A site script gives each rank its own XPU with ``ZE_AFFINITY_MASK``: every rank trains on its ``xpu:0``."""
+def test_mpiexec_one_xpu_per_rank_is_refused(launch, tmp_path, mpiexec):
+    """A site script that gives each rank a single XPU with ``ZE_AFFINITY_MASK`` leaves ``Trainer(devices=2)`` nothing
+    to run on: every rank stops at construction with the devices it sees and the variable that hid the others."""
     bind = tmp_path / "bind_one_xpu_per_rank.sh"
     bind.write_text('#!/bin/sh\nexport ZE_AFFINITY_MASK="$MPI_LOCALRANKID"\nexec "$@"\n')
     bind.chmod(0o755)
     env = _environment(launch.tag)
     launch.start(_mpiexec(mpiexec, tmp_path, ranks=2, per_node=2, wrapper=(str(bind),)), env)
-    assert launch.wait(LAUNCH_TIMEOUT) == [0], launch.output()
-    reports = _reports(tmp_path, 2)
-    _check_trained_together(reports, "MPIEnvironment", per_node=2)
-    for report in reports:
-        assert report["root_device"] == "xpu:0"
-        assert report["forward"] == [["xpu:0", "torch.bfloat16"]]
-    assert "leaves each process a single XPU" in launch.output()
+    codes = launch.wait(LAUNCH_TIMEOUT)
+    assert codes != [0], launch.output()
+    output = launch.output()
+    assert "You requested xpu: [0, 1]" in output
+    assert "But your machine only has: [0]" in output
+    assert "`ZE_AFFINITY_MASK`" in output
+    assert not list(tmp_path.glob("rank-*.json"))
     launch.assert_no_orphans()
 
 
