@@ -119,39 +119,6 @@ def mps_count_1(monkeypatch: pytest.MonkeyPatch) -> None:
     mock_mps_count(monkeypatch, 1)
 
 
-def _emulated() -> bool:
-    return os.environ.get("LIGHTNING_XPU_EMULATOR", "0") not in ("", "0")
-
-
-@pytest.fixture
-def xpu_free_env() -> dict[str, str]:
-    """The environment for a child process that sees no XPU at all, as on a CPU-only machine.
-
-    On the emulated tier the child runs without the emulator; on Intel GPUs the SYCL runtime is told to expose no GPU.
-    """
-    env = dict(os.environ)
-    if _emulated():
-        env.pop("LIGHTNING_XPU_EMULATOR")
-    else:
-        env.update(ZE_AFFINITY_MASK="99", ONEAPI_DEVICE_SELECTOR="opencl:cpu")
-    return env
-
-
-@pytest.fixture
-def xpu_without_fp64_env() -> dict[str, str]:
-    """The environment for a child process whose XPU 0 has no fp64, like an Arc A-series GPU.
-
-    The emulated tier switches the child to the emulator's Arc A770 profile; on Intel GPUs the test runs where XPU 0
-    lacks fp64 and is skipped elsewhere.
-    """
-    env = dict(os.environ)
-    if _emulated():
-        env["LIGHTNING_XPU_EMULATOR_DEVICE"] = "arc-a770"
-    elif torch.xpu.get_device_properties(0).has_fp64:
-        pytest.skip("XPU 0 has fp64; this runs on Arc A-series GPUs and on the emulated tier")
-    return env
-
-
 @pytest.fixture(autouse=True)
 def restore_env_variables() -> Iterator[None]:
     """Undo environment changes a test (or Lightning under test) made, so tests stay independent under xdist."""
