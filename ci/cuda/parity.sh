@@ -20,11 +20,15 @@ printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n'
 chmod +x /tmp/patched-python
 for py in python3 /tmp/patched-python; do "$py" -c "import lightning, torch; print(lightning.__version__, torch.__version__, torch.cuda.device_count())"; done
 files="tests_fabric/accelerators tests_fabric/test_connector.py tests_fabric/plugins/precision tests_fabric/strategies/test_ddp.py
-tests_fabric/strategies/test_fsdp.py tests_fabric/plugins/environments tests_pytorch/strategies/test_fsdp.py
+tests_fabric/strategies/test_fsdp.py tests_fabric/strategies/test_model_parallel.py tests_fabric/plugins/environments
+tests_fabric/strategies/launchers tests_fabric/strategies/test_ddp_integration.py tests_fabric/utilities/test_distributed.py
+tests_fabric/utilities/test_device_parser.py tests_fabric/utilities/test_device_dtype_mixin.py tests_fabric/utilities/test_seed.py
+tests_fabric/utilities/test_throughput.py tests_pytorch/strategies/test_fsdp.py tests_pytorch/strategies/test_model_parallel.py
 tests_pytorch/accelerators tests_pytorch/trainer/connectors/test_accelerator_connector.py tests_pytorch/plugins/precision
 tests_pytorch/models/test_gpu.py tests_pytorch/models/test_amp.py tests_pytorch/strategies/test_ddp.py
-tests_fabric/strategies/launchers tests_pytorch/strategies/launchers tests_fabric/strategies/test_ddp_integration.py
-tests_pytorch/trainer/logging_/test_distributed_logging.py"
+tests_pytorch/strategies/launchers tests_pytorch/trainer/logging_/test_distributed_logging.py
+tests_pytorch/callbacks/test_throughput_monitor.py tests_pytorch/utilities/test_memory.py tests_pytorch/profilers
+tests_pytorch/core/test_saving.py tests_pytorch/tuner/test_scale_batch_size.py"
 cd "$tests"
 for env in unpatched patched; do
     py=python3; [ "$env" = patched ] && py=/tmp/patched-python
