@@ -2,9 +2,12 @@
 
     python ci/intel/check_xpu.py [--min-devices N]
     python ci/intel/check_xpu.py --preflight    # before torch is installed: emulator off, a GPU render node exists
+    python ci/intel/check_xpu.py --rehearse     # the tier's rehearsal: every visible XPU must be emulated
 
 Prints the devices and exits 0, or prints ``ERROR: no XPU visible: <why and what to do>`` and exits 1. The emulated
-XPU (``LIGHTNING_XPU_EMULATOR``) does not count: the real-hardware tier exists to run on real devices.
+XPU (``LIGHTNING_XPU_EMULATOR``) does not count: the real-hardware tier exists to run on real devices. A rehearsal
+(``--rehearse``) is the reverse: it runs the tier's steps on emulated XPUs only, so that nothing it reports can be
+taken for a result from an Intel GPU.
 """
 
 from __future__ import annotations
@@ -56,21 +59,48 @@ def problem(min_devices: int = 1) -> str | None:
     return None
 
 
+def rehearsal_problem(min_devices: int = 1) -> str | None:
+    """Why a rehearsal cannot run here, or None when at least ``min_devices`` XPUs are visible and all are emulated."""
+    emulator = os.environ.get(EMULATOR_VAR, "")
+    if emulator in ("", "0"):
+        return f"a rehearsal runs on emulated XPUs: set {EMULATOR_VAR}=N (run_xpu_tier.py --rehearse sets it)"
+    import torch
+
+    if not torch.xpu.is_available():
+        return (f"{EMULATOR_VAR}={emulator} but torch.xpu.is_available() is False: the emulator needs a CPU build of "
+                "torch and lightning-xpu installed (`python -m lightning_xpu.emulator` says what is missing)")
+    names = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
+    real = [name for name in names if "emulated" not in name.lower()]
+    if real:
+        return f"a rehearsal runs on emulated XPUs only, and these are real: {', '.join(real)}"
+    if len(names) < min_devices:
+        return f"{len(names)} emulated XPU(s) visible but this rehearsal asks for at least {min_devices}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--min-devices", type=int, default=1, help="fail with fewer visible XPUs (default: 1)")
-    parser.add_argument("--preflight", action="store_true", help="only the checks that need no torch")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--preflight", action="store_true", help="only the checks that need no torch")
+    mode.add_argument("--rehearse", action="store_true", help="require emulated XPUs: the tier's rehearsal")
     ns = parser.parse_args(argv)
-    reason = preflight_problem() if ns.preflight else problem(ns.min_devices)
+    if ns.rehearse:
+        reason = rehearsal_problem(ns.min_devices)
+    else:
+        reason = preflight_problem() if ns.preflight else problem(ns.min_devices)
     if reason is not None:
-        print(f"ERROR: no XPU visible: {reason}", file=sys.stderr)
+        print(f"ERROR: {'cannot rehearse' if ns.rehearse else 'no XPU visible'}: {reason}", file=sys.stderr)
         return 1
     if ns.preflight:
         print("preflight: the emulator is off and a GPU device node exists")
         return 0
     import torch
 
-    print(f"torch {torch.__version__}, XPU runtime {torch.version.xpu}, {torch.xpu.device_count()} XPU(s):")
+    if ns.rehearse:
+        print(f"REHEARSAL: torch {torch.__version__} with {torch.xpu.device_count()} EMULATED XPU(s), not Intel GPUs:")
+    else:
+        print(f"torch {torch.__version__}, XPU runtime {torch.version.xpu}, {torch.xpu.device_count()} XPU(s):")
     for i in range(torch.xpu.device_count()):
         props = torch.xpu.get_device_properties(i)
         print(f"  xpu:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB")
