@@ -1,7 +1,8 @@
 """Refuse to run the real-hardware tier unless torch sees a real Intel GPU.
 
     python ci/intel/check_xpu.py [--min-devices N]
-    python ci/intel/check_xpu.py --preflight    # before torch is installed: emulator off, a GPU render node exists
+    python ci/intel/check_xpu.py --preflight    # before torch is installed: emulator off, a render node this user
+                                                # may open, the Level Zero GPU driver
     python ci/intel/check_xpu.py --rehearse     # the tier's rehearsal: every visible XPU must be emulated
 
 Prints the devices and exits 0, or prints ``ERROR: no XPU visible: <why and what to do>`` and exits 1. The emulated
@@ -13,6 +14,7 @@ taken for a result from an Intel GPU.
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import glob
 import os
 import sys
@@ -21,24 +23,36 @@ EMULATOR_VAR = "LIGHTNING_XPU_EMULATOR"
 _VISIBILITY_VARS = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "ZE_FLAT_DEVICE_HIERARCHY")
 
 
-def preflight_problem() -> str | None:
-    """What rules out an XPU before torch is even installed: the emulator switched on, or no GPU device node."""
+def _emulator_problem() -> str | None:
     emulator = os.environ.get(EMULATOR_VAR, "")
     if emulator not in ("", "0"):
         return (f"the XPU emulator is switched on ({EMULATOR_VAR}={emulator}); the real-hardware tier runs on real "
                 f"Intel GPUs only: unset {EMULATOR_VAR}")
-    if sys.platform.startswith("linux") and not (glob.glob("/dev/dri/renderD*") or os.path.exists("/dev/dxg")):
+    return None
+
+
+def preflight_problem() -> str | None:
+    """What rules out an XPU before torch is even installed: the emulator switched on, no GPU render node that this
+    user may open, or no Level Zero GPU driver (which only the host's Intel GPU driver provides, never a wheel)."""
+    if (reason := _emulator_problem()) is not None or not sys.platform.startswith("linux"):
+        return reason
+    nodes = sorted(glob.glob("/dev/dri/renderD*"))
+    if not nodes and not os.path.exists("/dev/dxg"):  # /dev/dxg: WSL's GPU
         return ("this machine has no GPU render node (/dev/dri/renderD*): install the Intel GPU driver, or run the "
                 "container with --device /dev/dri")
+    if nodes and not any(os.access(node, os.R_OK | os.W_OK) for node in nodes):
+        return (f"this user may not open the GPU render nodes ({', '.join(nodes)}): add it to their group (`ls -l "
+                "/dev/dri`; usually `render`: sudo usermod -aG render USER), then restart the runner so it applies")
+    if ctypes.util.find_library("ze_intel_gpu") is None:
+        return ("the Level Zero GPU driver (libze_intel_gpu.so.1) is not installed: install the Intel GPU driver with "
+                "its compute runtime and Level Zero, as PyTorch's 'Getting Started on Intel GPU' page says")
     return None
 
 
 def problem(min_devices: int = 1) -> str | None:
     """Why the real-hardware tier cannot run here, or None when at least ``min_devices`` real XPUs are visible."""
-    emulator = os.environ.get(EMULATOR_VAR, "")
-    if emulator not in ("", "0"):
-        return (f"the XPU emulator is switched on ({EMULATOR_VAR}={emulator}); the real-hardware tier runs on real "
-                f"Intel GPUs only: unset {EMULATOR_VAR}")
+    if (reason := _emulator_problem()) is not None:
+        return reason
     try:
         import torch
     except ImportError:
@@ -93,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {'cannot rehearse' if ns.rehearse else 'no XPU visible'}: {reason}", file=sys.stderr)
         return 1
     if ns.preflight:
-        print("preflight: the emulator is off and a GPU device node exists")
+        print("preflight: the emulator is off, this user may open a GPU render node, the Level Zero driver is there")
         return 0
     import torch
 
@@ -103,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch {torch.__version__}, XPU runtime {torch.version.xpu}, {torch.xpu.device_count()} XPU(s):")
     for i in range(torch.xpu.device_count()):
         props = torch.xpu.get_device_properties(i)
-        print(f"  xpu:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB")
+        driver = getattr(props, "driver_version", "unknown")  # the Level Zero driver that serves this device
+        print(f"  xpu:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB, driver {driver}")
     return 0
 
 

@@ -72,17 +72,20 @@ class Tier:
         self.env = env
 
     def step(self, title: str, cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> None:
-        """Run one step from the repository root, echoing its output (and keeping it in ``log``)."""
+        """Run one step from the repository root, echoing its output as it comes (and keeping it in ``log``)."""
         title = self.label + title
         print(f"\n=== {title}: {' '.join(cmd)}", flush=True)
         start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=REPO, env=env or self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-        print(proc.stdout, end="", flush=True)
+        lines = []
+        with subprocess.Popen(cmd, cwd=REPO, env=env or self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) as proc:
+            for line in proc.stdout:  # live: a job killed at its timeout still shows how far each step got
+                print(line, end="", flush=True)
+                lines.append(line)
         if log is not None:
             banner = (f"REHEARSAL on {self.emulated_xpus} emulated XPUs (LIGHTNING_XPU_EMULATOR={self.emulated_xpus}), "
                       "not a hardware run: nothing below describes an Intel GPU.\n\n" if self.emulated_xpus else "")
-            log.write_text(banner + proc.stdout)
+            log.write_text(banner + "".join(lines))
         self.seconds[title.removeprefix(self.label)] = elapsed = time.monotonic() - start
         print(f"=== {title}: exit {proc.returncode} after {elapsed:.0f}s", flush=True)
         if proc.returncode != 0:

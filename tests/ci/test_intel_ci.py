@@ -48,6 +48,13 @@ def test_preflight_refuses_before_any_download(monkeypatch):
     monkeypatch.setattr(check_xpu.os.path, "exists", lambda path: False)
     assert "no GPU render node (/dev/dri/renderD*)" in check_xpu.preflight_problem()
     monkeypatch.setattr(check_xpu.glob, "glob", lambda pattern: ["/dev/dri/renderD128"])
+    monkeypatch.setattr(check_xpu.os, "access", lambda path, mode: False)
+    assert "this user may not open the GPU render nodes (/dev/dri/renderD128)" in check_xpu.preflight_problem()
+    assert "usermod -aG render" in check_xpu.preflight_problem()
+    monkeypatch.setattr(check_xpu.os, "access", lambda path, mode: path == "/dev/dri/renderD128")
+    monkeypatch.setattr(check_xpu.ctypes.util, "find_library", lambda name: None)
+    assert "the Level Zero GPU driver (libze_intel_gpu.so.1) is not installed" in check_xpu.preflight_problem()
+    monkeypatch.setattr(check_xpu.ctypes.util, "find_library", lambda name: f"lib{name}.so.1")
     assert check_xpu.preflight_problem() is None
     monkeypatch.setenv("LIGHTNING_XPU_EMULATOR", "2")
     assert "the XPU emulator is switched on" in check_xpu.preflight_problem()

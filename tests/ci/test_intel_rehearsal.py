@@ -27,6 +27,7 @@ class FakeProcesses:
     with this series' wheels, and writes for each test step the JUnit file pytest would, under the suite name the
     tier asked for (``--override-ini=junit_suite_name=...``; that pytest honours it is tested on real pytest below)."""
 
+
     def __init__(self) -> None:
         self.calls: list[tuple[list[str], dict[str, str]]] = []
         version = len(load_series(ROOT / "patches").patches)
@@ -34,15 +35,28 @@ class FakeProcesses:
             {"root": root, "installed": True, "version": f"2.6.6+xpu.{version}", "series_version": version}
             for root in ("lightning", "pytorch_lightning", "lightning_fabric")]})
 
-    def __call__(self, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    def run(self, cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """``doctor --json``, the one command the tier reads rather than streams."""
         self.calls.append((cmd, kwargs["env"]))
-        if cmd[-2:] == ["doctor", "--json"]:
-            return subprocess.CompletedProcess(cmd, 0, stdout=self.doctor, stderr="")
+        assert cmd[-2:] == ["doctor", "--json"]
+        return subprocess.CompletedProcess(cmd, 0, stdout=self.doctor, stderr="")
+
+    def Popen(self, cmd: list[str], **kwargs) -> "FakeProcesses.Step":  # noqa: N802 - stands in for subprocess.Popen
+        self.calls.append((cmd, kwargs["env"]))
         options = dict(a.split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
         if "--junitxml" in options:
             _junit(Path(options["--junitxml"]), options["--override-ini"].removeprefix("junit_suite_name="), "")
-        output = "xpu:0 Intel(R) Data Center GPU Max 1550 (emulated)\n" if cmd[-1] == "doctor" else "ok\n"
-        return subprocess.CompletedProcess(cmd, 0, stdout=output, stderr=None)
+        return self.Step("xpu:0 Intel(R) Data Center GPU Max 1550 (emulated)\n" if cmd[-1] == "doctor" else "ok\n")
+
+    class Step:
+        def __init__(self, output: str) -> None:
+            self.stdout, self.returncode = iter(output.splitlines(keepends=True)), 0
+
+        def __enter__(self) -> "FakeProcesses.Step":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
 
 
 @pytest.fixture
@@ -50,7 +64,8 @@ def processes(monkeypatch) -> FakeProcesses:
     monkeypatch.delenv("LIGHTNING_XPU_EMULATOR", raising=False)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     fake = FakeProcesses()
-    monkeypatch.setattr(run_xpu_tier.subprocess, "run", fake)
+    monkeypatch.setattr(run_xpu_tier.subprocess, "run", fake.run)
+    monkeypatch.setattr(run_xpu_tier.subprocess, "Popen", fake.Popen)
     return fake
 
 
