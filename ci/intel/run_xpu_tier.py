@@ -70,6 +70,9 @@ class Tier:
                       "from the environment", flush=True)
             env["LIGHTNING_XPU_EMULATOR"] = str(emulated_xpus)
         self.env = env
+        # what the emulator models (its device count, and a torch profile or device model where one is set)
+        self.emulator_settings = " ".join(f"{k}={v}" for k, v in sorted(env.items())
+                                          if k.startswith("LIGHTNING_XPU_EMULATOR") and not k.endswith("_CACHE"))
 
     def step(self, title: str, cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> None:
         """Run one step from the repository root, echoing its output as it comes (and keeping it in ``log``)."""
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nERROR: {err}; {what} did not run", file=sys.stderr)
         return 1
 
-    text, ok = summarize(tier.out, tier.emulated_xpus, tier.seconds, failures)
+    text, ok = summarize(tier.out, tier.emulated_xpus, tier.seconds, failures, tier.emulator_settings)
     (tier.out / "summary.md").write_text(text)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:

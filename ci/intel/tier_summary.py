@@ -31,13 +31,14 @@ def from_rehearsal(xml: Path) -> bool:
 
 
 def summarize(out: Path, emulated_xpus: int = 0, seconds: dict[str, float] | None = None,
-              failed_steps: list[str] | None = None) -> tuple[str, bool]:
+              failed_steps: list[str] | None = None, emulator_settings: str = "") -> tuple[str, bool]:
     """A Markdown summary of every JUnit file in ``out`` and whether the run passed.
 
-    ``emulated_xpus`` is 0 for a hardware run, else the number of emulated XPUs the rehearsal ran on; ``seconds`` is
-    how long each step took; ``failed_steps`` the test steps that exited non-zero. Either kind of run fails when it
-    finds the other kind's JUnit files, and when a test step failed without a failed test (a collection error, or a
-    standalone step that collected nothing).
+    ``emulated_xpus`` is 0 for a hardware run, else the number of emulated XPUs the rehearsal ran on (and
+    ``emulator_settings`` its ``LIGHTNING_XPU_EMULATOR*`` variables); ``seconds`` is how long each step took;
+    ``failed_steps`` the test steps that exited non-zero. Either kind of run fails when it finds the other kind's JUnit
+    files, and when a test step failed without a failed test (a collection error, or a standalone step that collected
+    nothing).
     """
     rehearsal = emulated_xpus > 0
     lines = ["| run | result |", "|---|---|"]
@@ -70,7 +71,8 @@ def summarize(out: Path, emulated_xpus: int = 0, seconds: dict[str, float] | Non
         verdict = "passed" if rehearsal else "PASSED"  # the hardware verdict's word never appears in a rehearsal's
     if rehearsal:
         title = f"## XPU tier REHEARSAL on {emulated_xpus} emulated XPUs, not a hardware run: rehearsal {verdict}"
-        intro = [f"Every step of the tier ran with `LIGHTNING_XPU_EMULATOR={emulated_xpus}` on a CPU build of torch. "
+        settings = emulator_settings or f"LIGHTNING_XPU_EMULATOR={emulated_xpus}"
+        intro = [f"Every step of the tier ran with `{settings}` on a CPU build of torch. "
                  "This checks the tier itself; it says nothing about Intel GPUs, their driver, Level Zero or oneCCL.",
                  "", f"{executed} XPU test(s) executed on emulated XPUs."]
     else:

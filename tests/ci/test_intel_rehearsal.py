@@ -95,6 +95,14 @@ def test_a_rehearsal_runs_every_step_on_emulated_xpus_and_labels_everything(tmp_
     assert "| XPU tests (standalone-standalone) |" in summary  # how long each step took
 
 
+def test_a_rehearsal_names_the_emulator_profile_it_ran_under(tmp_path, processes, monkeypatch):
+    monkeypatch.setenv("LIGHTNING_XPU_EMULATOR_TORCH", "2.8")
+    assert run_xpu_tier.main(["--rehearse", "--out", str(tmp_path)]) == 0
+    assert all(env["LIGHTNING_XPU_EMULATOR_TORCH"] == "2.8" for _, env in processes.calls)
+    assert ("ran with `LIGHTNING_XPU_EMULATOR=4 LIGHTNING_XPU_EMULATOR_TORCH=2.8` on a CPU build of torch"
+            in (tmp_path / "summary.md").read_text())
+
+
 def test_without_rehearse_the_tier_is_a_hardware_run(tmp_path, processes):
     out = tmp_path / "results"
     assert run_xpu_tier.main(["--out", str(out)]) == 0  # the fake check stands in for a machine with real XPUs
