@@ -74,9 +74,9 @@ class Tier:
         self.emulator_settings = " ".join(f"{k}={v}" for k, v in sorted(env.items())
                                           if k.startswith("LIGHTNING_XPU_EMULATOR") and not k.endswith("_CACHE"))
 
-    def step(self, title: str, cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> None:
+    def step(self, name: str, cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> None:
         """Run one step from the repository root, echoing its output as it comes (and keeping it in ``log``)."""
-        title = self.label + title
+        title = self.label + name
         print(f"\n=== {title}: {' '.join(cmd)}", flush=True)
         start = time.monotonic()
         lines = []
@@ -89,7 +89,7 @@ class Tier:
             banner = (f"REHEARSAL on {self.emulated_xpus} emulated XPUs (LIGHTNING_XPU_EMULATOR={self.emulated_xpus}), "
                       "not a hardware run: nothing below describes an Intel GPU.\n\n" if self.emulated_xpus else "")
             log.write_text(banner + "".join(lines))
-        self.seconds[title.removeprefix(self.label)] = elapsed = time.monotonic() - start
+        self.seconds[name] = elapsed = time.monotonic() - start
         print(f"=== {title}: exit {proc.returncode} after {elapsed:.0f}s", flush=True)
         if proc.returncode != 0:
             raise StepFailed(f"{title} failed (exit {proc.returncode})")
