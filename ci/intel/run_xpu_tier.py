@@ -44,6 +44,7 @@ from lightning_xpu.series import load_series  # noqa: E402
 
 RUNNER = REPO / "tests" / "series" / "run.py"
 CHECK = Path(__file__).resolve().parent / "check_xpu.py"
+PLUGINS = Path(__file__).resolve().parent / "plugins"  # xpu_tier_ranks: one JUnit file per rank of a standalone test
 SERIES = REPO / "patches"  # this checkout's series, whichever lightning_xpu is installed
 FULL_COVERAGE_XPUS = 4  # the most any of the series' tests asks for: RunIf(min_xpu_gpus=4), the 2x2 device meshes
 # a hung test (a collective that never completes) fails alone instead of holding the runner until the job's timeout
@@ -95,7 +96,8 @@ class Tier:
             raise StepFailed(f"{title} failed (exit {proc.returncode})")
 
     def test_env(self) -> dict[str, str]:
-        return {**self.env, "RUN_ONLY_XPU_TESTS": "1"}
+        path = os.pathsep.join(filter(None, [str(PLUGINS), self.env.get("PYTHONPATH")]))
+        return {**self.env, "RUN_ONLY_XPU_TESTS": "1", "PYTHONPATH": path}
 
 
 def check_installed(expected: int, env: dict[str, str] | None = None) -> None:
@@ -144,7 +146,7 @@ def run(tier: Tier, min_devices: int, roots: list[str], build: bool, pytest_args
             # no -v for the standalone steps: run.py reads their node ids from pytest's quiet --collect-only output
             mode = ["--standalone", "--"] if standalone else ["--", "-v"]
             cmd = [py, str(RUNNER), "--tree", str(tree), "--import-root", root, *mode, "-rs", "-p", "no:randomly",
-                   f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={out / f'junit-{name}.xml'}",
+                   "-p", "xpu_tier_ranks", f"--timeout={TEST_TIMEOUT_S}", f"--junitxml={out / f'junit-{name}.xml'}",
                    f"--override-ini=junit_suite_name={suite_name(name, tier.emulated_xpus)}", *pytest_args]
             try:
                 tier.step(f"XPU tests ({name})", cmd, env=tier.test_env())

@@ -44,18 +44,24 @@ def summarize(out: Path, emulated_xpus: int = 0, seconds: dict[str, float] | Non
     lines = ["| run | result |", "|---|---|"]
     executed, broken, skipped, foreign = 0, [], Counter(), []
     groups: dict[str, list] = {}
+    other_ranks: dict[str, list] = {}
     for xml in sorted(out.glob("junit-*.xml")):
-        group = xml.name.removeprefix("junit-").split(".")[0]  # standalone nodes write junit-ROOT-standalone.N.xml
+        # standalone tests write junit-ROOT-standalone.standalone-N.xml, their ranks >= 1 also ...standalone-N.rankR.xml
+        group, *parts = xml.name.removeprefix("junit-").removesuffix(".xml").split(".")
+        rank = next((part.removeprefix("rank") for part in parts if part.startswith("rank")), "0")
         cases = read_cases(xml)
         if cases and from_rehearsal(xml) != rehearsal:
             foreign.append(xml.name)
-        groups.setdefault(group, []).extend(cases)
+        (groups if rank == "0" else other_ranks).setdefault(group, []).extend(
+            case if rank == "0" else type(case)(f"{case.id} (rank {rank})", case.outcome, case.message)
+            for case in cases)
     # in the order the tier runs them: each import root's XPU tests, then its standalone ones
     for group, cases in sorted(groups.items(), key=lambda g: (g[0].removesuffix("-standalone"), g[0])):
         lines.append(f"| {group} | {summary(cases)} |")
         executed += sum(c.outcome in ("passed", "failed", "error") for c in cases)
-        broken += [f"{group}: {c.id}: {c.message}" for c in cases if c.outcome in ("failed", "error")]
         skipped.update(c.message for c in cases if c.outcome == "skipped")
+    for group, cases in [*groups.items(), *other_ranks.items()]:  # a test fails when it fails on any rank
+        broken += [f"{group}: {c.id}: {c.message}" for c in cases if c.outcome in ("failed", "error")]
     failed_steps = failed_steps or []
     ok = executed > 0 and not broken and not foreign and not failed_steps
     if foreign:

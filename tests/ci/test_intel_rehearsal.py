@@ -1,6 +1,7 @@
 """The XPU tier's rehearsal on emulated XPUs says so everywhere, and can never be read as a hardware run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,22 @@ def test_help_names_every_torch_channel_and_the_rehearsal():
                           capture_output=True, text=True, timeout=120, check=True)
     assert "install_torch.sh nightly          # or: release, floor" in proc.stdout
     assert "--rehearse [N]" in proc.stdout and "--test-list FILE" in proc.stdout
+
+
+def test_each_rank_of_a_standalone_test_writes_its_own_junit_file(tmp_path):
+    """Lightning's launcher reruns the pytest command for ranks >= 1; one shared --junitxml file was corrupted."""
+    test = "import os\n\ndef test_one():\n    assert os.environ.get('LOCAL_RANK') != '1'\n"  # fails on rank 1 only
+    (tmp_path / "test_one.py").write_text(test)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "ci" / "intel" / "plugins")}
+    for rank in (None, "1"):
+        rank_env = {k: v for k, v in env.items() if k != "LOCAL_RANK"} | ({"LOCAL_RANK": rank} if rank else {})
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p",
+                        "xpu_tier_ranks", f"--junitxml={tmp_path / 'junit-lightning-standalone.standalone-0.xml'}",
+                        str(tmp_path / "test_one.py")], cwd=tmp_path, env=rank_env, capture_output=True, timeout=120)
+    assert sorted(p.name for p in tmp_path.glob("junit-*.xml")) == [
+        "junit-lightning-standalone.standalone-0.rank1.xml", "junit-lightning-standalone.standalone-0.xml"]
+    # rank 0's test is counted once; rank 1's failure fails the run
+    text, ok = summarize(tmp_path)
+    assert not ok
+    assert "| lightning-standalone | 1 passed |" in text and "1 XPU test(s) executed" in text
+    assert "- `lightning-standalone: test_one::test_one (rank 1): " in text
