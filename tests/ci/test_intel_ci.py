@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from ci.intel.run_xpu_tier import summarize
+from ci.intel.tier_summary import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 INTEL = ROOT / "ci" / "intel"
@@ -47,6 +48,13 @@ def test_preflight_refuses_before_any_download(monkeypatch):
     monkeypatch.setattr(check_xpu.os.path, "exists", lambda path: False)
     assert "no GPU render node (/dev/dri/renderD*)" in check_xpu.preflight_problem()
     monkeypatch.setattr(check_xpu.glob, "glob", lambda pattern: ["/dev/dri/renderD128"])
+    monkeypatch.setattr(check_xpu.os, "access", lambda path, mode: False)
+    assert "this user may not open the GPU render nodes (/dev/dri/renderD128)" in check_xpu.preflight_problem()
+    assert "usermod -aG render" in check_xpu.preflight_problem()
+    monkeypatch.setattr(check_xpu.os, "access", lambda path, mode: path == "/dev/dri/renderD128")
+    monkeypatch.setattr(check_xpu.ctypes.util, "find_library", lambda name: None)
+    assert "the Level Zero GPU driver (libze_intel_gpu.so.1) is not installed" in check_xpu.preflight_problem()
+    monkeypatch.setattr(check_xpu.ctypes.util, "find_library", lambda name: f"lib{name}.so.1")
     assert check_xpu.preflight_problem() is None
     monkeypatch.setenv("LIGHTNING_XPU_EMULATOR", "2")
     assert "the XPU emulator is switched on" in check_xpu.preflight_problem()
@@ -119,10 +127,27 @@ def test_workflow_runs_the_scripts_on_intel_runners_for_each_torch_channel():
     assert job["strategy"]["matrix"]["lightning"] == ["2.6.6"]
     assert job["strategy"]["fail-fast"] is False
     runs = "\n".join(s.get("run", "") for s in job["steps"])
-    assert "ci/intel/install_torch.sh ${{ matrix.torch }}" in runs
+    assert job["env"]["XPU_TORCH"] == "${{ matrix.torch }}"
+    assert 'ci/intel/install_torch.sh "$XPU_TORCH"' in runs
     assert "ci/intel/run_xpu_tier.py" in runs
     for script in ("install_torch.sh", "run_xpu_tier.py", "check_xpu.py"):
         assert (INTEL / script).is_file()
+
+
+def test_workflow_is_safe_on_a_self_hosted_runner():
+    """What ``zizmor --offline`` (tox -e lint) checks, readable without it: pinned actions, no token, no expansion."""
+    for workflow in sorted(WORKFLOW.parent.glob("*.yml")):
+        text = workflow.read_text()
+        uses = re.findall(r"uses: (\S+)(.*)", text)
+        assert uses, workflow
+        for action, comment in uses:  # a tag or branch can be moved; a commit cannot
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), f"{workflow.name}: {action} is not pinned"
+            assert re.fullmatch(r"\s+# v\d+\.\d+\.\d+", comment), f"{workflow.name}: {action} names no version"
+        for job in yaml.safe_load(text)["jobs"].values():
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False  # later jobs on the machine reuse .git/config
+                assert "${{" not in step.get("run", ""), f"{workflow.name}: pass {step['run']!r}'s values via env:"
 
 
 def test_the_tier_refuses_a_lightning_that_is_not_this_series(monkeypatch):
