@@ -9,8 +9,9 @@ patches to the base") and after each patch:
    is imported directly and no wheel is built per prefix); a prefix without tests gets an import smoke test instead.
 
 It stops at the first patch that does not apply or breaks a test and names it (``--keep-going`` checks every prefix).
+``--jobs N`` tests N prefixes at a time, each in a copy of its own tree (the patches still apply one after another).
 
-    python ci/bisect_series.py [--series patches] [--base-tree DIR] [--workers 2] [-- PYTEST_ARGS...]
+    python ci/bisect_series.py [--series patches] [--base-tree DIR] [--workers 2] [--jobs 1] [-- PYTEST_ARGS...]
 
 Exit status: 0 when every prefix passes, 1 when a patch breaks, 2 on bad input.
 """
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -191,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", type=Path, help="series directory (default: this checkout's patches/)")
     parser.add_argument("--base-tree", type=Path, help="an unpacked base tree to copy (default: the pinned sdist)")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers per prefix; 0 runs in-process")
+    parser.add_argument("--jobs", type=int, default=1, help="prefixes tested at a time, each in its own tree copy")
     parser.add_argument("--keep-going", action="store_true",
                         help="check every prefix instead of stopping at the first break")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (put them after --)")
@@ -219,6 +223,37 @@ def main(argv: list[str] | None = None) -> int:
         return _bisect(series, source, ns, upstream)
 
 
+def _check_in_parallel(series: Series, tree: Path, ns: argparse.Namespace, scratch: Path,
+                       upstream: bool) -> Iterator[PrefixResult]:
+    """Check ``ns.jobs`` prefixes at a time, yielding the results in series order.
+
+    Each prefix is checked in a copy of the tree that holds the one before it; ``tree`` itself moves on by one patch
+    per prefix. The checks not yet started are cancelled when the caller stops at a broken prefix.
+    """
+
+    def check_copy(index: int, patch: Patch, copy: Path) -> PrefixResult:
+        try:
+            return check_prefix(index, patch, series, copy, ns.workers, ns.pytest_args, scratch, upstream)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+    pool = ThreadPoolExecutor(ns.jobs)
+    checks: list[Future[PrefixResult]] = []
+    try:
+        for index, patch in enumerate(series.patches, 1):
+            copy = scratch / f"prefix-{index:03d}"
+            shutil.copytree(tree, copy, symlinks=True)
+            checks.append(pool.submit(check_copy, index, patch, copy))
+            try:
+                apply_to_tree(Series(series.directory, (patch,)), tree)
+            except PatchFailed:
+                break  # its check reports the failure; no later prefix exists
+        for check in checks:
+            yield check.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _bisect(series: Series, source: Path, ns: argparse.Namespace, upstream: bool) -> int:
     if not source.is_dir():
         print(f"bisect: base tree {source} is not a directory", file=sys.stderr)
@@ -234,12 +269,17 @@ def _bisect(series: Series, source: Path, ns: argparse.Namespace, upstream: bool
     with tempfile.TemporaryDirectory(prefix="lightning-xpu-bisect-") as tmp:
         tree, scratch = Path(tmp) / "tree", Path(tmp)
         shutil.copytree(source, tree, symlinks=True)
-        for index, patch in enumerate(series.patches, 1):
-            result = check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch, upstream)
+        if ns.jobs > 1:
+            checks = _check_in_parallel(series, tree, ns, scratch, upstream)
+        else:
+            checks = (check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch, upstream)
+                      for index, patch in enumerate(series.patches, 1))
+        for result in checks:
             results.append(result)
             print(report_line(result, total), flush=True)
             if not result.ok and (result.status == "apply" or not ns.keep_going):
                 break  # a patch that does not apply leaves no tree for the later prefixes
+        checks.close()  # cancels the parallel checks not yet started and waits for the running ones
 
     broken = [r for r in results if not r.ok]
     elapsed = time.monotonic() - started

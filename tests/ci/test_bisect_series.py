@@ -57,6 +57,28 @@ def test_names_the_middle_patch_that_breaks_an_earlier_test(tmp_path):
     assert "[3/3]" not in proc.stdout  # stops at the first break
 
 
+@pytest.mark.parametrize("keep_going", [False, True])
+def test_prefixes_tested_in_parallel_report_as_in_series_order(tmp_path, keep_going):
+    base, series = _series(tmp_path, [
+        ("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD), ("fabric: add neg", ADD_NEG),
+    ])
+    proc = _bisect(base, series, "--workers", "0", "--jobs", "2", *(["--keep-going"] if keep_going else []))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FIRST BROKEN PATCH: 2/3 0002-fabric-rewrite-add.patch (fabric: rewrite add)" in proc.stdout
+    assert "FAILED tests_fabric.test_calc::test_add" in proc.stdout
+    assert proc.stdout.index("[1/3] ok") < proc.stdout.index("[2/3] BROKEN (tests)")
+    assert ("[3/3] BROKEN (tests)" in proc.stdout) is keep_going  # the third prefix holds the second's break
+
+
+def test_names_the_patch_that_does_not_apply_when_prefixes_run_in_parallel(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD)])
+    second = series / "0002-fabric-rewrite-add.patch"
+    second.write_text(second.read_text().replace(" def mul(a, b):", " def multiply(a, b):"))  # context drifts
+    proc = _bisect(base, series, "--workers", "0", "--jobs", "2")
+    assert proc.returncode == 1
+    assert "[1/2] ok" in proc.stdout and "[2/2] BROKEN (apply)" in proc.stdout
+
+
 def test_keep_going_checks_every_prefix(tmp_path):
     base, series = _series(tmp_path, [
         ("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD), ("fabric: add neg", ADD_NEG),

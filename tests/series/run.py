@@ -9,7 +9,8 @@ pytest there::
 ``--src`` imports Lightning from ``TREE/src`` (development); by default the installed (patched) Lightning is tested.
 ``--import-root standalone`` rewrites the copied tests to ``lightning_fabric`` / ``pytorch_lightning``, the way
 upstream's CI tests the standalone distributions. ``--standalone`` runs every ``RunIf(standalone=True)`` test in a
-process of its own, as upstream's ``run_standalone_tests.sh`` does.
+process of its own, as upstream's ``run_standalone_tests.sh`` does, ``--parallel N`` of them at a time (default
+``$NUM_PARALLEL_TESTS`` or 1, as in that script).
 """
 
 import argparse
@@ -19,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SUPPORT = Path(__file__).parent / "support"
@@ -70,6 +73,14 @@ def _pytest(dest: Path, args: list[str], env: dict[str, str]) -> int:
     return subprocess.call(cmd, cwd=dest, env=env)
 
 
+def _pytest_quietly(dest: Path, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run pytest with its output (and its ranks') captured, for printing in one piece when it ends."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), *args]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc.returncode, f"{proc.stdout}({time.monotonic() - start:.1f} s)"
+
+
 def _per_node(args: list[str], index: int) -> list[str]:
     """Give each standalone process its own JUnit file: ``--junitxml=out.xml`` -> ``out.standalone-3.xml``."""
     return [
@@ -82,11 +93,12 @@ def _named_paths(dest: Path, args: list[str]) -> list[str]:
     return [a for a in args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
 
 
-def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str, str]) -> int:
-    """Run each standalone test in its own process; fail if any fails or none was found.
+def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str, str], parallel: int = 1) -> int:
+    """Run each standalone test in its own process, ``parallel`` at a time; fail if any fails or none was found.
 
     Test paths among ``args`` narrow the collection (default: every suite); the other arguments (``-k``, ``-m``, ...)
-    narrow it too and go to every test's process.
+    narrow it too and go to every test's process. Each test picks its own free port for its process group, so tests
+    running at the same time do not meet.
     """
     env = {**env, "PL_RUN_STANDALONE_TESTS": "1"}
     named = _named_paths(dest, args)
@@ -103,7 +115,18 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     if not node_ids:  # a standalone tier that ran nothing has proven nothing
         print("standalone: no standalone test was collected")
         return 1
-    failed = [node for i, node in enumerate(node_ids) if _pytest(dest, ["-q", *_per_node(args, i), node], env) != 0]
+    if parallel <= 1:
+        failed = [node for i, node in enumerate(node_ids) if _pytest(dest, ["-q", *_per_node(args, i), node], env)]
+    else:
+        failed = []
+        with ThreadPoolExecutor(parallel) as pool:
+            runs = [pool.submit(_pytest_quietly, dest, ["-q", *_per_node(args, i), node], env)
+                    for i, node in enumerate(node_ids)]
+            for node, run in zip(node_ids, runs, strict=True):
+                returncode, output = run.result()
+                print(f"--- {node}", output, sep="\n", flush=True)
+                if returncode:
+                    failed.append(node)
     print(f"standalone: {len(node_ids) - len(failed)} passed, {len(failed)} failed")
     for node in failed:
         print(f"FAILED {node}")
@@ -116,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", action="store_true", help="import Lightning from TREE/src instead of site-packages")
     parser.add_argument("--import-root", choices=("lightning", "standalone"), default="lightning")
     parser.add_argument("--standalone", action="store_true", help="run the standalone tests, one process each")
+    parser.add_argument("--parallel", type=int, default=int(os.environ.get("NUM_PARALLEL_TESTS", "1")),
+                        help="with --standalone: how many tests run at a time (default: $NUM_PARALLEL_TESTS or 1)")
     parser.add_argument("--keep", type=Path, help="materialise into this (empty) directory and keep it")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (put them after --)")
     ns = parser.parse_args(argv)
@@ -129,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         dest.mkdir(parents=True, exist_ok=True)
         suites = materialize(tree, dest, standalone_roots=ns.import_root == "standalone")
         if ns.standalone:
-            return run_standalone(dest, suites, ns.pytest_args, env)
+            return run_standalone(dest, suites, ns.pytest_args, env, ns.parallel)
         # explicit test paths in the pytest arguments narrow the run; otherwise run every suite
         named = _named_paths(dest, ns.pytest_args)
         return _pytest(dest, [*ns.pytest_args, *([] if named else suites)], env)
