@@ -21,10 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SUPPORT = Path(__file__).parent / "support"
+# xpu_tier_ranks: ranks 1..N-1 of a standalone test write their JUnit files beside rank 0's instead of over it
+RANK_PLUGIN = Path(__file__).resolve().parents[2] / "ci" / "intel" / "plugins"
 SUITES = ("tests_fabric", "tests_pytorch")
 _IMPORT = re.compile(r"(?<![\w/@.])lightning\.(fabric|pytorch)(?![\w/])")
 _STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning"}
@@ -88,6 +91,27 @@ def _per_node(args: list[str], index: int) -> list[str]:
     ]
 
 
+def _with_junit(args: list[str], junit: Path) -> list[str]:
+    """The arguments with a JUnit file for rank 0 (the caller's, or ``junit``) and the plugin that keeps it rank 0's."""
+    if not any(a.startswith("--junitxml=") for a in args):
+        args = [*args, f"--junitxml={junit}"]
+    return args if "xpu_tier_ranks" in args else [*args, "-p", "xpu_tier_ranks"]
+
+
+def _outcome(returncode: int, args: list[str]) -> str:
+    """``passed``, ``skipped`` (rank 0 skipped all it ran) or ``failed``, from the exit code and rank 0's JUnit."""
+    if returncode:
+        return "failed"
+    junit = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
+    try:
+        suite = ET.parse(junit).getroot()
+    except (OSError, ET.ParseError):
+        return "failed"  # rank 0 did not report: nothing was proven
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    tests, skipped = int(suite.get("tests", "0")), int(suite.get("skipped", "0"))
+    return "skipped" if tests and skipped == tests else "passed" if tests else "failed"
+
+
 def _named_paths(dest: Path, args: list[str]) -> list[str]:
     """The test paths (``file``, ``dir`` or ``file::node``) among the pytest arguments."""
     return [a for a in args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
@@ -100,7 +124,8 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     narrow it too and go to every test's process. Each test picks its own free port for its process group, so tests
     running at the same time do not meet.
     """
-    env = {**env, "PL_RUN_STANDALONE_TESTS": "1"}
+    env = {**env, "PL_RUN_STANDALONE_TESTS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(RANK_PLUGIN), env.get("PYTHONPATH")]))}
     named = _named_paths(dest, args)
     args = [a for a in args if a not in named]
     collected = subprocess.run(
@@ -115,19 +140,26 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     if not node_ids:  # a standalone tier that ran nothing has proven nothing
         print("standalone: no standalone test was collected")
         return 1
+    junit_dir = dest / ".standalone-junit"
+    junit_dir.mkdir(exist_ok=True)
+    runs = [["-q", *_with_junit(_per_node(args, i), junit_dir / f"test-{i}.xml"), node]
+            for i, node in enumerate(node_ids)]
     if parallel <= 1:
-        failed = [node for i, node in enumerate(node_ids) if _pytest(dest, ["-q", *_per_node(args, i), node], env)]
+        codes = [_pytest(dest, run, env) for run in runs]
     else:
-        failed = []
+        codes = []
         with ThreadPoolExecutor(parallel) as pool:
-            runs = [pool.submit(_pytest_quietly, dest, ["-q", *_per_node(args, i), node], env)
-                    for i, node in enumerate(node_ids)]
-            for node, run in zip(node_ids, runs, strict=True):
-                returncode, output = run.result()
+            for node, result in zip(node_ids, [pool.submit(_pytest_quietly, dest, run, env) for run in runs],
+                                    strict=True):
+                returncode, output = result.result()
                 print(f"--- {node}", output, sep="\n", flush=True)
-                if returncode:
-                    failed.append(node)
-    print(f"standalone: {len(node_ids) - len(failed)} passed, {len(failed)} failed")
+                codes.append(returncode)
+    outcomes = [_outcome(code, run) for code, run in zip(codes, runs, strict=True)]
+    failed = [node for node, outcome in zip(node_ids, outcomes, strict=True) if outcome == "failed"]
+    skipped = [node for node, outcome in zip(node_ids, outcomes, strict=True) if outcome == "skipped"]
+    print(f"standalone: {outcomes.count('passed')} passed, {len(skipped)} skipped, {len(failed)} failed")
+    for node in skipped:
+        print(f"SKIPPED {node}")
     for node in failed:
         print(f"FAILED {node}")
     return 1 if failed else 0
