@@ -275,6 +275,21 @@ def worker(rank, port, queue):
         except Exception as e:
             errors.append([type(e).__name__, str(e).splitlines()[0]])
     r["errors"] = errors
+    tensors = []
+    x = torch.arange(8.0, device="xpu").view(2, 4)
+    for call in (
+        lambda: dist.all_reduce(x[:, 0]),                                        # a strided view
+        lambda: dist.broadcast(x.t(), src=0),                                    # a transposed tensor
+        lambda: dist.all_gather_into_tensor(torch.empty(16), x.reshape(-1)),     # a CPU output
+        lambda: dist.all_reduce(torch.ones(1, device=f"xpu:{1 - rank}")),        # another rank's device
+    ):
+        try:
+            call()
+            tensors.append("accepted")
+        except Exception as e:
+            tensors.append([type(e).__name__, str(e).splitlines()[0].split(" (")[0]])
+    r["tensors"] = tensors
+    r["unchanged"] = x.tolist() == torch.arange(8.0).view(2, 4).tolist()
     dist.barrier()                                      # the rank's own device: fine
     try:
         dist.barrier(device_ids=[1 - rank])             # another rank's device
@@ -304,6 +319,14 @@ def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_e
             ["TypeError", "Cannot use ReduceOp.AVG with boolean inputs"],
         ]
         assert r["foreign_barrier"] == "DistBackendError"
+        # ProcessGroupXCCL's checkSingleTensor, and its communicators keyed by device (a hang there, an error here)
+        assert r["tensors"] == [
+            ["ValueError", "Tensors must be contiguous"],
+            ["ValueError", "Tensors must be contiguous"],
+            ["ValueError", "Tensors must be XPU and dense"],
+            ["DistBackendError", f"XCCL collective on xpu:{1 - rank}, but rank {rank} runs on xpu:{rank}"],
+        ]
+        assert r["unchanged"] is True
 
 
 _AVG = """

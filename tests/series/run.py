@@ -91,6 +91,11 @@ def _per_node(args: list[str], index: int) -> list[str]:
     ]
 
 
+def _fresh_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _with_junit(args: list[str], junit: Path) -> list[str]:
     """The arguments with a JUnit file for rank 0 (the caller's, or ``junit``) and the plugin that keeps it rank 0's."""
     if not any(a.startswith("--junitxml=") for a in args):
@@ -144,13 +149,17 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     junit_dir.mkdir(exist_ok=True)
     runs = [["-q", *_with_junit(_per_node(args, i), junit_dir / f"test-{i}.xml"), node]
             for i, node in enumerate(node_ids)]
+    # each test (all its ranks) gets a temporary directory of its own: pytest removes old numbered base directories
+    # at start-up, which would pull a running test's tmp_path from under it
+    envs = [{**env, "TMPDIR": str(_fresh_dir(dest / ".standalone-tmp" / f"test-{i}"))} for i in range(len(runs))]
     if parallel <= 1:
-        codes = [_pytest(dest, run, env) for run in runs]
+        codes = [_pytest(dest, run, run_env) for run, run_env in zip(runs, envs, strict=True)]
     else:
         codes = []
         with ThreadPoolExecutor(parallel) as pool:
-            for node, result in zip(node_ids, [pool.submit(_pytest_quietly, dest, run, env) for run in runs],
-                                    strict=True):
+            submitted = [pool.submit(_pytest_quietly, dest, run, run_env)
+                         for run, run_env in zip(runs, envs, strict=True)]
+            for node, result in zip(node_ids, submitted, strict=True):
                 returncode, output = result.result()
                 print(f"--- {node}", output, sep="\n", flush=True)
                 codes.append(returncode)

@@ -7,7 +7,8 @@
 // ReduceOp.AVG, which gloo lacks, is SUM followed by a division (as oneCCL's reduction::avg, see average());
 // reduce-scatter is an all-reduce of the input followed by taking this rank's chunk (gloo's support for it
 // varies across torch versions).
-// Reduction ops and dtypes XCCL does not support fail with ProcessGroupXCCL's exception types and messages
+// Reduction ops, dtypes and tensors XCCL does not support (not dense on an xpu device, not contiguous, on another
+// device than the rank's) fail with ProcessGroupXCCL's exception types and messages
 // (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp). With the asynchronous device model (the default), an
 // async_op=True collective keeps its results back: its outputs change at Work.wait() (or a device synchronize).
 
@@ -161,6 +162,19 @@ void check_dtypes(const std::vector<std::vector<at::Tensor>>& ts, bool reduction
   for (const auto& l : ts) check_dtypes(l, reduction);
 }
 
+// As ProcessGroupXCCL's checkSingleTensor: a dense xpu tensor, contiguous in its suggested memory format (point-to-
+// point ops only warn). Gloo on the host view of a non-contiguous tensor would reduce the wrong elements.
+void check_single(const at::Tensor& t, bool p2p = false) {
+  if (!t.is_xpu() || t.is_sparse()) C10_THROW_ERROR(ValueError, "Tensors must be XPU and dense");
+  if (t.is_contiguous(t.suggest_memory_format())) return;
+  if (!p2p) C10_THROW_ERROR(ValueError, "Tensors must be contiguous");
+  TORCH_WARN_ONCE("Detected non-contiguous tensor in P2P operations. It is user responsibility to guarantee that ",
+                  "source and destination tensors have the same contiguity format.");
+}
+void check_single(const std::vector<at::Tensor>& ts, bool p2p = false) {
+  for (const auto& t : ts) check_single(t, p2p);
+}
+
 class EmuXccl final : public c10d::Backend {
  public:
   EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size) : Backend(rank, size), gloo_(std::move(gloo)) {}
@@ -170,6 +184,7 @@ class EmuXccl final : public c10d::Backend {
   // Runs `body`, which writes the outputs' memory; an async op's results are then held back until wait().
   template <typename F>
   c10::intrusive_ptr<Work> run(const std::vector<at::Tensor>& outs, OpType type, bool async_op, F body) {
+    check_device(outs);
     for (const auto& t : outs) used_.insert(t.device().index());
     const bool hold = async_op && is_async();
     std::vector<at::Tensor> before;
@@ -187,7 +202,24 @@ class EmuXccl final : public c10d::Backend {
     return c10::make_intrusive<DeferredWork>(outs, type, std::move(ids));
   }
 
+  // ProcessGroupXCCL keys its communicators by device: on hardware a collective on a device other than the rank's
+  // waits for peers that never come; here it fails at once.
+  void check_device(const std::vector<at::Tensor>& ts) const {
+    if (getSize() < 2) return;
+    for (const auto& t : ts) {
+      if (!t.is_xpu()) continue;
+      const c10::DeviceIndex own = getBoundDeviceId().has_value() ? getBoundDeviceId()->index()
+                                   : !used_.empty()               ? *used_.begin()
+                                                                  : t.device().index();
+      TORCH_CHECK_WITH(DistBackendError, t.device().index() == own, "XCCL collective on xpu:",
+                       static_cast<int>(t.device().index()), ", but rank ", getRank(), " runs on xpu:",
+                       static_cast<int>(own), " (on an Intel GPU it waits for peers on that device that never come; ",
+                       "move the tensor to the rank's device)");
+    }
+  }
+
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& opts) override {
+    check_single(ts);
     check_dtypes(ts, false);
     return run(ts, OpType::BROADCAST, opts.asyncOp, [&] {
       auto v = views(ts);
@@ -196,6 +228,7 @@ class EmuXccl final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) override {
+    check_single(ts);
     check_op(opts.reduceOp, ts);
     check_dtypes(ts, true);
     return run(ts, OpType::ALLREDUCE, opts.asyncOp, [&] { allreduce_now(ts, opts); });
@@ -217,6 +250,7 @@ class EmuXccl final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& opts) override {
+    check_single(ts);
     check_op(opts.reduceOp, ts);
     check_dtypes(ts, true);
     return run(ts, OpType::REDUCE, opts.asyncOp, [&] {
@@ -231,6 +265,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const c10d::AllgatherOptions& opts) override {
+    check_single(ins);
     check_dtypes(ins, false);
     return run(flat(outs), OpType::ALLGATHER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -243,7 +278,8 @@ class EmuXccl final : public c10d::Backend {
     TORCH_CHECK_WITH(TypeError, in.dtype() == out.dtype(), "output tensor must have the same type as input tensor");
     TORCH_CHECK_WITH(ValueError, out.numel() == in.numel() * getSize(),
                      "output tensor size must be equal to world_size times input size");
-    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "allgather_into_tensor needs contiguous tensors");
+    check_single(in);
+    check_single(out);
     check_dtypes({in}, false);
     return run({out}, OpType::_ALLGATHER_BASE, opts.asyncOp, [&] { allgather_base_now(out, in, opts); });
   }
@@ -272,6 +308,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const c10d::GatherOptions& opts) override {
+    check_single(ins);
     check_dtypes(ins, false);
     return run(flat(outs), OpType::GATHER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -282,6 +319,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                    const c10d::ScatterOptions& opts) override {
+    check_single(outs);
     check_dtypes(outs, false);
     return run(outs, OpType::SCATTER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -295,6 +333,8 @@ class EmuXccl final : public c10d::Backend {
     TORCH_CHECK_WITH(TypeError, in.dtype() == out.dtype(), "input tensor must be the same type as the output tensor.");
     TORCH_CHECK_WITH(ValueError, in.numel() == out.numel() * getSize(),
                      "input tensor must be the same size as output size times world size");
+    check_single(in);
+    check_single(out);
     check_op(opts.reduceOp, {in});
     check_dtypes({in}, true);
     return run({out}, OpType::_REDUCE_SCATTER_BASE, opts.asyncOp, [&] {
@@ -307,6 +347,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                           const c10d::ReduceScatterOptions& opts) override {
+    check_single(outs);
     check_op(opts.reduceOp, outs);
     check_dtypes(outs, true);
     return run(outs, OpType::REDUCE_SCATTER, opts.asyncOp, [&] {
@@ -338,6 +379,8 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
                                          std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    check_single(in);
+    check_single(out);
     check_dtypes({in}, false);
     return run({out}, OpType::ALLTOALL_BASE, opts.asyncOp, [&] {
       auto vo = host_view(out);
@@ -357,6 +400,8 @@ class EmuXccl final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    check_single(ts, /*p2p=*/true);
+    check_device(ts);
     check_dtypes(ts, false);
     auto v = views(ts);
     finish(gloo_->send(v, dst, tag));
@@ -364,6 +409,8 @@ class EmuXccl final : public c10d::Backend {
   }
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    check_single(ts, /*p2p=*/true);
+    check_device(ts);
     check_dtypes(ts, false);
     auto v = views(ts);
     finish(gloo_->recv(v, src, tag));
