@@ -47,11 +47,18 @@ class FakeProcesses:
         options = dict(a.split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
         if "--junitxml" in options:
             _junit(Path(options["--junitxml"]), options["--override-ini"].removeprefix("junit_suite_name="), "")
-        return self.Step("xpu:0 Intel(R) Data Center GPU Max 1550 (emulated)\n" if cmd[-1] == "doctor" else "ok\n")
+        if cmd[-1] != "doctor":
+            return self.Step("ok\n")
+        # the doctor's verdict: 3 (emulated) under the emulator, 0 (usable) on Intel GPUs, unless a test says otherwise
+        emulated = kwargs["env"].get("LIGHTNING_XPU_EMULATOR", "0") not in ("", "0")
+        verdict = self.doctor_exit if self.doctor_exit is not None else 3 if emulated else 0
+        return self.Step("xpu:0 Intel(R) Data Center GPU Max 1550 (emulated)\n", verdict)
+
+    doctor_exit: int | None = None
 
     class Step:
-        def __init__(self, output: str) -> None:
-            self.stdout, self.returncode = iter(output.splitlines(keepends=True)), 0
+        def __init__(self, output: str, returncode: int = 0) -> None:
+            self.stdout, self.returncode = iter(output.splitlines(keepends=True)), returncode
 
         def __enter__(self) -> "FakeProcesses.Step":
             return self
@@ -209,3 +216,13 @@ def test_each_rank_of_a_standalone_test_writes_its_own_junit_file(tmp_path):
     assert not ok
     assert "| lightning-standalone | 1 passed |" in text and "1 XPU test(s) executed" in text
     assert "- `lightning-standalone: test_one::test_one (rank 1): " in text
+
+
+@pytest.mark.parametrize(("rehearse", "doctor_exit"), [(True, 0), (False, 3), (True, 1)])
+def test_the_tier_stops_unless_the_doctor_gives_the_expected_verdict(tmp_path, processes, rehearse, doctor_exit):
+    """A rehearsal needs the "emulated" verdict (3), a hardware run "usable" (0); "not usable" (1) stops either."""
+    processes.doctor_exit = doctor_exit
+    tier = run_xpu_tier.Tier(tmp_path / "out", emulated_xpus=4 if rehearse else 0)
+    expected = rf"doctor failed \(exit {doctor_exit}, expected {3 if rehearse else 0}\)"
+    with pytest.raises(run_xpu_tier.StepFailed, match=expected):
+        run_xpu_tier.run(tier, 1, ["lightning"], True, [])
