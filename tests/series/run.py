@@ -21,13 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+from ci.junit import read_cases  # noqa: E402
+
 SUPPORT = Path(__file__).parent / "support"
 # xpu_tier_ranks: ranks 1..N-1 of a standalone test write their JUnit files beside rank 0's instead of over it
-RANK_PLUGIN = Path(__file__).resolve().parents[2] / "ci" / "intel" / "plugins"
+RANK_PLUGIN = REPO / "ci" / "intel" / "plugins"
 SUITES = ("tests_fabric", "tests_pytorch")
 _IMPORT = re.compile(r"(?<![\w/@.])lightning\.(fabric|pytorch)(?![\w/])")
 _STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning"}
@@ -71,16 +74,19 @@ def _add_package_markers(suite_dir: Path) -> None:
             marker.touch()
 
 
+def _pytest_command(dest: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), *args]
+
+
 def _pytest(dest: Path, args: list[str], env: dict[str, str]) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), *args]
-    return subprocess.call(cmd, cwd=dest, env=env)
+    return subprocess.call(_pytest_command(dest, args), cwd=dest, env=env)
 
 
 def _pytest_quietly(dest: Path, args: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run pytest with its output (and its ranks') captured, for printing in one piece when it ends."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(dest), *args]
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=dest, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(_pytest_command(dest, args), cwd=dest, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
     return proc.returncode, f"{proc.stdout}({time.monotonic() - start:.1f} s)"
 
 
@@ -89,11 +95,6 @@ def _per_node(args: list[str], index: int) -> list[str]:
     return [
         f"{a.removesuffix('.xml')}.standalone-{index}.xml" if a.startswith("--junitxml=") else a for a in args
     ]
-
-
-def _fresh_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _with_junit(args: list[str], junit: Path) -> list[str]:
@@ -107,14 +108,10 @@ def _outcome(returncode: int, args: list[str]) -> str:
     """``passed``, ``skipped`` (rank 0 skipped all it ran) or ``failed``, from the exit code and rank 0's JUnit."""
     if returncode:
         return "failed"
-    junit = Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1])
-    try:
-        suite = ET.parse(junit).getroot()
-    except (OSError, ET.ParseError):
+    cases = read_cases(Path(next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1]))
+    if not cases:
         return "failed"  # rank 0 did not report: nothing was proven
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    tests, skipped = int(suite.get("tests", "0")), int(suite.get("skipped", "0"))
-    return "skipped" if tests and skipped == tests else "passed" if tests else "failed"
+    return "skipped" if all(c.outcome == "skipped" for c in cases) else "passed"
 
 
 def _named_paths(dest: Path, args: list[str]) -> list[str]:
@@ -151,7 +148,9 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
             for i, node in enumerate(node_ids)]
     # each test (all its ranks) gets a temporary directory of its own: pytest removes old numbered base directories
     # at start-up, which would pull a running test's tmp_path from under it
-    envs = [{**env, "TMPDIR": str(_fresh_dir(dest / ".standalone-tmp" / f"test-{i}"))} for i in range(len(runs))]
+    envs = [{**env, "TMPDIR": str(dest / ".standalone-tmp" / f"test-{i}")} for i in range(len(runs))]
+    for run_env in envs:
+        Path(run_env["TMPDIR"]).mkdir(parents=True)
     if parallel <= 1:
         codes = [_pytest(dest, run, run_env) for run, run_env in zip(runs, envs, strict=True)]
     else:
