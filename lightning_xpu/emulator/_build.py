@@ -1,4 +1,4 @@
-"""Compile and load the emulator's native part (``csrc/emulator.cpp``).
+"""Compile and load the emulator's native part (``csrc/emulator.cpp`` and its companions).
 
 The library is built once per (torch build, Python version, source) into a cache directory and loaded from there
 afterwards, without a compiler. Building calls the C++ compiler directly with the flags of
@@ -21,7 +21,9 @@ from pathlib import Path
 from types import ModuleType
 
 MODULE_NAME = "lightning_xpu_emulator_C"
-_SOURCES = (Path(__file__).parent / "csrc" / "emulator.cpp", Path(__file__).parent / "csrc" / "xccl.cpp")
+_CSRC = Path(__file__).parent / "csrc"
+_SOURCES = (_CSRC / "emulator.cpp", _CSRC / "xccl.cpp", _CSRC / "deterministic.cpp")
+_INCLUDES = (_CSRC / "deterministic_alerts.inc",)  # included by a source: part of the build key too
 
 
 class EmulatorBuildError(RuntimeError):
@@ -43,7 +45,7 @@ def _build_key() -> str:
     digest = hashlib.sha256()
     for part in (torch.__version__, str(torch.version.git_version), sys.version, sysconfig.get_platform()):
         digest.update(part.encode())
-    for source in _SOURCES:
+    for source in _SOURCES + _INCLUDES:
         digest.update(source.read_bytes())
     return f"torch-{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{digest.hexdigest()[:16]}"
 

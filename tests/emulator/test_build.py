@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from lightning_xpu.emulator import _build
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Stands in for the C++ compiler: logs each call, takes a moment, and writes the requested output file.
@@ -48,8 +50,9 @@ def test_concurrent_builds_compile_once(tmp_path):
     built = Path(paths.pop())
     assert built.read_text() == "fake" and built.parent.parent == tmp_path / "cache"
     calls = log.read_text().splitlines()
-    assert len(calls) == 3  # two sources and one link, by one process only
-    assert sum(" -c " in f" {c} " for c in calls) == 2
+    sources = len(_build._SOURCES)
+    assert len(calls) == sources + 1  # each source and one link, by one process only
+    assert sum(" -c " in f" {c} " for c in calls) == sources
     assert not [p for p in built.parent.iterdir() if p.name.startswith("tmp")]  # no half-built leftovers
 
 
@@ -98,3 +101,13 @@ def test_status_report_says_emulated(run_emulated):
         "GiB",
         "fp64=yes",
     ]
+
+
+def test_the_generated_table_is_part_of_the_build_key(tmp_path, monkeypatch):
+    assert _build._CSRC / "deterministic_alerts.inc" in _build._INCLUDES
+    table = tmp_path / "deterministic_alerts.inc"
+    table.write_text("// one table\n")
+    monkeypatch.setattr(_build, "_INCLUDES", (table,))
+    before = _build._build_key()
+    table.write_text("// another table\n")
+    assert _build._build_key() != before

@@ -59,6 +59,7 @@ namespace xpu_emu {
 
 constexpr c10::DeviceType kXPU = c10::DeviceType::XPU;
 constexpr int kMaxDevices = 64;
+void alert_if_nondeterministic(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first_arg);
 
 // ---------------------------------------------------------------- configuration and topology
 // The emulated machine: `num_stacks` stacks (Level Zero sub-devices) on cards of `stacks_per_card` stacks each.
@@ -1311,6 +1312,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "Required aspect fp64 is not supported on the device (", config.name,
               " has no native fp64; operator ", schema.name(), ")");
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
+  alert_if_nondeterministic(op, *stack, first);  // deterministic.cpp: as Intel's XPU kernels alert
   enqueue(*fs.device, current_stream_id(*fs.device));
 
   // A random operator: hold its xpu generator's lock while the CPU kernel runs with the engine for (seed, offset),
