@@ -22,7 +22,7 @@ from types import ModuleType
 
 MODULE_NAME = "lightning_xpu_emulator_C"
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = (_CSRC / "emulator.cpp", _CSRC / "xccl.cpp", _CSRC / "deterministic.cpp")
+_SOURCES = tuple(_CSRC / name for name in ("emulator.cpp", "sanitizer.cpp", "xccl.cpp", "deterministic.cpp"))
 _INCLUDES = (_CSRC / "deterministic_alerts.inc",)  # included by a source: part of the build key too
 
 

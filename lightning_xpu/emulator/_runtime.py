@@ -19,6 +19,7 @@ from lightning_xpu.emulator._profiles import EmulatedDeviceProperties, Profile, 
 from lightning_xpu.emulator._versions import MEMORY_STAT_GROUPS_BEFORE_2_11, TorchProfile, torch_profile
 
 ENV_SYNC = "LIGHTNING_XPU_EMULATOR_SYNC"
+ENV_SANITIZER = "LIGHTNING_XPU_EMULATOR_SANITIZER"
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -71,6 +72,7 @@ def enable(num_devices: int, profile_key: str) -> None:
             )
         _check_cpu_only_build(torch)
         versions = torch_profile(torch.__version__)
+        sanitize = _sanitizer_setting()
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
@@ -87,6 +89,8 @@ def enable(num_devices: int, profile_key: str) -> None:
             asynchronous,
             prof.name,
         )
+        ext.set_sanitizer(sanitize)
+        ext.set_torch_release(*versions.version)
         ext.register_functional_fallbacks()
         if not ext.hooks_installed():
             raise RuntimeError(
@@ -101,6 +105,14 @@ def enable(num_devices: int, profile_key: str) -> None:
         from lightning_xpu.emulator import _distributed
 
         _distributed.install()
+
+
+def _sanitizer_setting() -> bool:
+    """``LIGHTNING_XPU_EMULATOR_SANITIZER``: the stream sanitizer is on unless it is ``0``."""
+    value = os.environ.get(ENV_SANITIZER, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(f"{ENV_SANITIZER} must be 1 (the stream sanitizer on, the default) or 0 (off), got {value!r}.")
+    return value == "1"
 
 
 def _check_cpu_only_build(torch: Any) -> None:

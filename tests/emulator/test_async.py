@@ -44,6 +44,7 @@ def test_streams_complete_on_their_own(run_emulated):
         import json, torch
         side = torch.xpu.Stream()
         x = torch.ones(2, device="xpu")
+        side.wait_stream(torch.xpu.current_stream())      # x is written on the default stream
         with torch.xpu.stream(side):
             y = x.to("cpu", non_blocking=True)
         torch.xpu.current_stream().synchronize()          # another stream: the copy is still in flight

@@ -265,7 +265,6 @@ def worker(rank, port, queue):
     errors = []
     for call in (
         lambda: dist.all_reduce(torch.ones(1, device="xpu"), op=dist.ReduceOp.BAND),
-        lambda: dist.all_reduce(torch.ones(1, device="xpu"), op=dist._make_nccl_premul_sum(2.0)),
         lambda: dist.all_reduce(torch.ones(1, dtype=torch.int16, device="xpu")),
         lambda: dist.all_reduce(torch.ones(1, dtype=torch.bool, device="xpu"), op=dist.ReduceOp.AVG),
     ):
@@ -305,7 +304,11 @@ def worker(rank, port, queue):
 def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_emulated, tmp_path):
     script = tmp_path / "strict.py"
     script.write_text(_STRICT_XCCL + _TWO_RANKS_MAIN)
-    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    # it reads outputs before wait() on purpose, which the stream sanitizer refuses (test_sanitizer.py)
+    out = run_emulated(
+        f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+        env={"LIGHTNING_XPU_EMULATOR_SANITIZER": "0"},
+    )
     for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
         assert r["before_wait"] == [[float(rank + 1)] * 2, False]
         assert r["after_wait"] == [[3.0, 3.0], True]
@@ -314,7 +317,6 @@ def test_async_collectives_land_at_wait_and_xccl_refuses_what_xccl_refuses(run_e
         assert r["gather"] == [0.0, 0.0, 1.0, 1.0]
         assert r["errors"] == [
             ["ValueError", "Cannot use ReduceOp.BAND with XCCL"],
-            ["ValueError", "Cannot use ReduceOp.PREMUL_SUM with XCCL"],
             ["TypeError", "Input tensor data type is not supported for XCCL process group: Short"],
             ["TypeError", "Cannot use ReduceOp.AVG with boolean inputs"],
         ]
@@ -392,3 +394,56 @@ def test_ccl_exists_only_after_importing_the_oneccl_bindings(run_emulated, bindi
         env={"LIGHTNING_XPU_EMULATOR_ONECCL": "1"} if bindings else None,
     )
     assert json.loads(out) == [False, bindings, bindings]
+
+
+_PREMUL_SUM = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, port, queue):
+    torch.xpu.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2)
+    r = {}
+    for name, dtype in (("float", torch.float32), ("int", torch.int32)):
+        t = torch.full((2,), rank + 1, dtype=dtype, device="xpu")
+        try:
+            dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))
+            r[name] = t.tolist()
+        except (ValueError, TypeError, RuntimeError) as e:
+            r[name] = [type(e).__name__, str(e).splitlines()[0]]
+    inp = torch.full((4,), float(rank + 1), device="xpu")
+    out = torch.empty(2, device="xpu")
+    try:
+        dist.reduce_scatter_tensor(out, inp, op=dist._make_nccl_premul_sum(2.0))
+        r["reduce_scatter"] = [out.tolist(), inp.tolist()]
+    except ValueError as e:
+        r["reduce_scatter"] = [type(e).__name__, str(e)]
+    dist.destroy_process_group()
+    queue.put((rank, r))
+"""
+
+
+@pytest.mark.parametrize("release", ["2.10", "2.11", "2.13"])
+def test_premul_sum_follows_the_release(run_emulated, tmp_path, release):
+    """ProcessGroupXCCL refuses PREMUL_SUM up to 2.10, has oneCCL scale floating types in 2.11 and, from 2.12,
+    multiplies the input in place and sums (applyPreMulSumIfNeeded)."""
+    script = tmp_path / "premul.py"
+    script.write_text(_PREMUL_SUM + _TWO_RANKS_MAIN)
+    out = run_emulated(
+        f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+        env={"LIGHTNING_XPU_EMULATOR_TORCH": release},
+    )
+    refused = ["ValueError", "Cannot use ReduceOp.PREMUL_SUM with XCCL"]
+    for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
+        if release == "2.10":
+            assert r == {"float": refused, "int": refused, "reduce_scatter": refused}
+            continue
+        assert r["float"] == [6.0, 6.0]  # 2 * 1 + 2 * 2
+        if release == "2.11":
+            assert r["int"] == ["TypeError", "PreMulSum Data type must be half, float, bfloat16 or double"]
+            assert r["reduce_scatter"] == [[6.0, 6.0], [float(rank + 1)] * 4]  # the input is left as it was
+        else:
+            # the in-place multiplication by the float factor refuses integer tensors, as torch's mul_ does there
+            assert r["int"] == ["RuntimeError", "result type Float can't be cast to the desired output type Int"]
+            assert r["reduce_scatter"] == [[6.0, 6.0], [2.0 * (rank + 1)] * 4]  # scaled in place, as there

@@ -185,7 +185,7 @@ def test_arc_a770_has_no_fp64(run_emulated):
         """
         import torch
         x = torch.ones(2, device="xpu")
-        d = x.double()                     # conversions work (torch-xpu-ops fp64 conversion emulation)
+        d = x.double()                     # conversions work (-fsycl-fp64-conv-emu: see the next test)
         w = torch.nn.Parameter(torch.ones(1, device="xpu"))
         scaler = torch.amp.GradScaler("xpu")
         scaler.scale((w * 2).sum()).backward()
@@ -202,6 +202,116 @@ def test_arc_a770_has_no_fp64(run_emulated):
     assert lines[0].startswith("Required aspect fp64 is not supported on the device")
     # GradScaler.unscale_ computes 1/scale in fp64, which fails on Arc A-series (pytorch issue #147731)
     assert lines[1].startswith("Required aspect fp64 is not supported on the device")
+
+
+def test_arc_a770_refuses_fp64_arithmetic_but_converts(run_emulated):
+    """Every torch-xpu-ops release 2.8-2.13 builds its DG2 kernels with -fsycl-fp64-conv-emu: conversions to and from
+    fp64 run on an A770, arithmetic in fp64 (a dtype argument, an fp64 result) needs the fp64 aspect."""
+    out = run_emulated(
+        """
+        import torch
+        x = torch.ones(2, 3, device="xpu")
+        steps = {
+            "double": lambda: x.double().float().sum().item(),
+            "complex128": lambda: x.to(torch.complex128).real.float().sum().item(),
+            "sum_dtype": lambda: x.sum(dtype=torch.float64),
+            "mean_dtype": lambda: x.mean(dtype=torch.float64),
+            "arange": lambda: torch.arange(4, dtype=torch.float64, device="xpu"),
+            "cumsum_dtype": lambda: x.cumsum(0, dtype=torch.float64),
+        }
+        for name, step in steps.items():
+            try:
+                print(name, step())
+            except RuntimeError as e:
+                print(name, str(e).splitlines()[0])
+        """,
+        profile="arc-a770",
+    )
+    results = dict(line.split(" ", 1) for line in out.splitlines())
+    assert results["double"] == "6.0"
+    assert results["complex128"] == "6.0"
+    for name in ("sum_dtype", "mean_dtype", "arange", "cumsum_dtype"):
+        assert results[name].startswith("Required aspect fp64 is not supported on the device"), (name, results[name])
+
+
+def test_fp64_arithmetic_runs_where_the_device_has_fp64(run_emulated):
+    out = run_emulated(
+        """
+        import torch
+        x = torch.ones(2, 3, device="xpu")
+        print(x.sum(dtype=torch.float64).item(), torch.arange(4, dtype=torch.float64, device="xpu").sum().item())
+        """,
+        profile="max1550",
+    )
+    assert out.split() == ["6.0", "6.0"]
+
+
+def test_indexing_takes_cpu_indices_but_not_cpu_values(run_emulated):
+    out = run_emulated(
+        """
+        import torch
+        x = torch.zeros(4, device="xpu")
+        idx, mask = torch.tensor([0, 2]), torch.tensor([True, False, True, False])
+        steps = {
+            "read": lambda: x[idx].sum().item(),
+            "cpu_indices": lambda: x.index_put_((idx,), torch.ones(2, device="xpu")).sum().item(),
+            "cpu_scalar_value": lambda: x.index_put_((idx,), torch.tensor(1.0)).sum().item(),
+            "setitem": lambda: x.__setitem__(idx, torch.ones(2)),
+            "accumulate": lambda: x.index_put_((idx,), torch.ones(2), accumulate=True),
+            "mask": lambda: x.__setitem__(mask, torch.ones(2)),
+        }
+        for name, step in steps.items():
+            try:
+                print(name, step())
+            except RuntimeError as e:
+                print(name, str(e).splitlines()[0])
+        print("after", x.tolist())
+        """,
+    )
+    results = dict(line.split(" ", 1) for line in out.splitlines())
+    assert results["read"] == "0.0"
+    assert results["cpu_indices"] == "2.0"
+    assert results["cpu_scalar_value"] == "2.0"
+    for name in ("setitem", "accumulate", "mask"):
+        assert results[name].startswith("Expected all tensors to be on the same device"), (name, results[name])
+    assert results["after"] == "[1.0, 0.0, 1.0, 0.0]"  # the refused writes changed nothing
+
+
+def test_new_device_memory_is_not_zeroed(run_emulated):
+    """The caching allocator hands a freed block back with its old bytes; fresh host pages would read as zeros."""
+    out = run_emulated(
+        """
+        import torch
+        a = torch.full((1024,), 7.0, device="xpu")
+        del a
+        b = torch.empty(1024, device="xpu")
+        print((b == 0).all().item())
+        torch.use_deterministic_algorithms(True)
+        c = torch.empty(1024, device="xpu")
+        d = torch.empty(8, dtype=torch.int32, device="xpu")
+        print(c.isnan().all().item(), (d == torch.iinfo(torch.int32).max).all().item())
+        """,
+    )
+    lines = out.splitlines()
+    assert lines[0] == "False"
+    assert lines[1] == "True True"  # deterministic fill: NaN for floats, the largest value for integers
+
+
+def test_event_records_only_streams_of_its_device(run_emulated):
+    out = run_emulated(
+        """
+        import torch
+        e = torch.xpu.Event()
+        e.record(torch.xpu.Stream(device=1))  # the first record binds the event to xpu:1
+        e.record(torch.xpu.Stream(device=1))
+        try:
+            e.record(torch.xpu.Stream(device=0))
+            print("recorded")
+        except RuntimeError as err:
+            print(err)
+        """,
+    )
+    assert out.strip() == "Event device 1 does not match recording stream's device 0."
 
 
 def test_mixed_devices_fail_like_the_real_runtime(run_emulated):

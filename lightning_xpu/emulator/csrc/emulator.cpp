@@ -22,6 +22,7 @@
 #include <ATen/detail/XPUHooksInterface.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_scaled_dot_product_attention_math.h>
 #include <ATen/ops/convolution.h>
@@ -97,6 +98,16 @@ Counters counters;
 std::atomic<bool> initialized{false};
 
 void make_default_generators(int n);  // below
+
+// sanitizer.cpp
+void sanitizer_enable(bool on);
+bool sanitizer_enabled();
+void sanitizer_allocated(const void* ctx, c10::DeviceIndex d);
+void sanitizer_access(const at::Tensor& t, bool write, const char* op, const char* arg);
+void sanitizer_access_at(const at::Tensor& t, bool write, c10::StreamId s, uint64_t seq, const char* op,
+                         const char* arg);
+void sanitizer_freed(const void* ctx) noexcept;
+void xccl_set_torch_release(int major, int minor);  // xccl.cpp
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -205,6 +216,7 @@ void check_index(c10::DeviceIndex d) {
 // keep their old values; completion writes what the device had when the work was enqueued.
 constexpr unsigned char kPoison = 0xFF;  // NaN in every floating dtype, -1 in signed integers
 constexpr c10::StreamId kCollectiveStream = -2;  // XCCL's own queue: only wait() or a device synchronize
+extern const c10::StreamId kCollectiveStreamId = kCollectiveStream;
 
 struct QueueState {
   uint64_t enqueued = 0, completed = 0;
@@ -229,6 +241,34 @@ thread_local c10::DeviceIndex tl_device = 0;
 thread_local std::array<c10::StreamId, kMaxDevices> tl_stream{};
 
 c10::StreamId current_stream_id(c10::DeviceIndex d) { return tl_stream[d]; }
+
+uint64_t stream_position(c10::DeviceIndex d, c10::StreamId s) {
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  return queues[{d, s}].enqueued;
+}
+
+// Whether the work at position `seq` of (d, t) is ordered before the work at position `upto` of (d, s): the host saw
+// it complete, or s waited for t up to `seq` or later, directly or through the streams it waited for.
+bool ordered_before(c10::DeviceIndex d, c10::StreamId t, uint64_t seq, c10::StreamId s, uint64_t upto) {
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  if (queues[{d, t}].completed >= seq) return true;
+  std::vector<std::pair<c10::StreamId, uint64_t>> todo{{s, upto}};
+  std::map<c10::StreamId, uint64_t> explored;  // the furthest position of each stream whose waits were followed
+  while (!todo.empty()) {
+    auto [x, up] = todo.back();
+    todo.pop_back();
+    if (x == t) {
+      if (seq <= up) return true;
+      continue;
+    }
+    auto seen = explored.find(x);
+    if (seen != explored.end() && seen->second >= up) continue;
+    explored[x] = up;
+    for (auto& [mine, other, oseq] : queues[{d, x}].waits)
+      if (mine <= up) todo.emplace_back(other, oseq);
+  }
+  return false;
+}
 
 // Enqueues one unit of work on (d, s) (every operator, copy and collective does); returns its position.
 uint64_t enqueue(c10::DeviceIndex d, c10::StreamId s) {
@@ -293,14 +333,26 @@ void land_ids(const std::vector<uint64_t>& ids) {
   });
   std::vector<Deferred> landing(std::make_move_iterator(done), std::make_move_iterator(deferred.end()));
   deferred.erase(done, deferred.end());
+  for (const auto& e : landing) {  // Work.wait(): the current stream waits for the collective
+    auto& q = queues[{e.device, tl_stream[e.device]}];
+    q.waits.emplace_back(++q.enqueued, e.stream, e.seq);
+  }
   land(landing.begin(), landing.end());
 }
 
 bool is_async() { return config.async; }
 
+// An async collective's result; as ProcessGroupXCCL's stream does, XCCL's queue first waits for the current stream.
 uint64_t defer_collective(c10::DeviceIndex d, at::Tensor dst, at::Tensor src) {
-  return defer(d, kCollectiveStream, std::move(dst), std::move(src));
+  std::lock_guard<std::recursive_mutex> g(queue_mu);
+  const auto after = queues[{d, tl_stream[d]}].enqueued;
+  auto id = defer(d, kCollectiveStream, std::move(dst), std::move(src));
+  auto& q = queues[{d, kCollectiveStream}];
+  q.waits.emplace_back(q.enqueued, tl_stream[d], after);
+  return id;
 }
+
+uint64_t collective_position(c10::DeviceIndex d) { return stream_position(d, kCollectiveStream); }
 
 bool landed(const std::vector<uint64_t>& ids) {
   std::lock_guard<std::recursive_mutex> g(queue_mu);
@@ -370,8 +422,11 @@ struct EmuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       return 0;
     }
   }
-  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex,
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device ",
+                static_cast<int>(device_index), " does not match recording stream's device ",
+                static_cast<int>(stream.device_index()), ".");
     if (*event == nullptr) *event = new EmuEvent();
     auto* e = static_cast<EmuEvent*>(*event);
     e->t = std::chrono::steady_clock::now();
@@ -664,7 +719,11 @@ struct EmuAllocator final : public c10::DeviceAllocator {
       TORCH_CHECK_WITH(OutOfMemoryError, false, "XPU out of memory. Tried to allocate ",
                        format_size(n), " (host memory backing the emulated device is exhausted)");
     }
+    // Device memory is not cleared: a new block holds what its last user left (here: poison bytes, never the
+    // zeros of fresh host pages).
+    if (n > 0) std::memset(p, kPoison, n);
     auto* blk = new Block{d, model, p, {}};
+    sanitizer_allocated(blk, d);
     return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
   }
 
@@ -673,6 +732,7 @@ struct EmuAllocator final : public c10::DeviceAllocator {
     MBlock* model = book(d, n);
     void* p = cpu.get();
     auto* blk = new Block{d, model, nullptr, std::move(cpu)};
+    sanitizer_allocated(blk, d);
     return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
   }
 
@@ -721,8 +781,15 @@ struct EmuAllocator final : public c10::DeviceAllocator {
 };
 EmuAllocator& allocator = *new EmuAllocator();
 
+// The allocation behind an xpu tensor's memory (what the sanitizer keys its records by), or nullptr.
+const void* allocation_of(const at::Tensor& t) {
+  const auto& dp = t.storage().data_ptr();
+  return dp.get_deleter() == &EmuAllocator::deleter ? dp.get_context() : nullptr;
+}
+
 void EmuAllocator::deleter(void* ctx) {
   auto* blk = static_cast<Block*>(ctx);
+  sanitizer_freed(blk);
   allocator.unbook(blk->device, blk->model);
   free(blk->owned);
   delete blk;
@@ -961,14 +1028,23 @@ at::Tensor wrap_on_xpu(c10::Storage st, const at::Tensor& like) {
 }
 
 // ---------------------------------------------------------------- kernels
+// As the empty kernels of every backend: under torch.use_deterministic_algorithms(True) with
+// torch.utils.deterministic.fill_uninitialized_memory (the default), new memory is NaN (floats) or the largest value.
+at::Tensor fill_if_deterministic(at::Tensor t) {
+  auto& ctx = at::globalContext();
+  if (C10_UNLIKELY(ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory()))
+    at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> mf) {
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "Non strided layout not supported on xpu");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
   const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_generic(size, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU),
-                                   c10::dtype_or_default(dtype), mf);
+  return fill_if_deterministic(at::detail::empty_generic(size, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU),
+                                                         c10::dtype_or_default(dtype), mf));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -977,8 +1053,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "Non strided layout not supported on xpu");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
   const c10::DeviceGuard guard(c10::device_or_default(device));
-  return at::detail::empty_strided_generic(size, stride, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU),
-                                           c10::dtype_or_default(dtype));
+  return fill_if_deterministic(at::detail::empty_strided_generic(
+      size, stride, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU), c10::dtype_or_default(dtype)));
 }
 
 thread_local bool tl_in_fallback = false;  // copies made by torch's cpu_fallback are not "transfers"
@@ -1019,9 +1095,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       values.copy_(s);
       poison(d);
       defer(dev, stream, d, values);
+      sanitizer_access(self, false, "aten::copy_", "src");
       return dst;
     }
     auto seq = enqueue(dev, stream);
+    for (const auto* t : {&self, &dst})
+      if (is_xpu(*t) && t->device().index() == dev) sanitizer_access(*t, t == &dst, "aten::copy_", t == &dst ? "self" : "src");
     if ((d2h || h2d) && !non_blocking) complete(dev, stream, seq);  // a blocking copy waits for its stream
   }
   d.copy_(s, non_blocking);  // host memory on both sides: a CPU copy (with dtype conversion)
@@ -1044,6 +1123,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   counters.item++;
   const auto dev = self.device().index();
   complete(dev, current_stream_id(dev), enqueue(dev, current_stream_id(dev)));  // a blocking read of one value
+  sanitizer_access(self, false, "aten::_local_scalar_dense", "self");
   HostViews hv;
   return at::native::_local_scalar_dense_cpu(hv.to_cpu(self));
 }
@@ -1081,6 +1161,8 @@ at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
   return out;
 }
 
+bool is_fp64(c10::ScalarType st) { return st == at::kDouble || st == at::kComplexDouble; }
+
 // The checks the fallback makes for every operator, for kernels that bypass it.
 void check_operands(const char* op, std::initializer_list<const at::Tensor*> tensors) {
   check_not_bad_fork();
@@ -1090,7 +1172,7 @@ void check_operands(const char* op, std::initializer_list<const at::Tensor*> ten
     if (first == nullptr) first = t;
     TORCH_CHECK(t->device() == first->device(), "Expected all tensors to be on the same device, but found at least "
                 "two devices, ", first->device(), " and ", t->device(), "! (in ", op, ")");
-    TORCH_CHECK(config.has_fp64 || (t->scalar_type() != at::kDouble && t->scalar_type() != at::kComplexDouble),
+    TORCH_CHECK(config.has_fp64 || !is_fp64(t->scalar_type()),
                 "Required aspect fp64 is not supported on the device (", config.name, " has no native fp64; operator ",
                 op, ")");
   }
@@ -1201,12 +1283,20 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
 // in-place updates and views land in the device memory. New outputs are adopted by the
 // emulated device (booked in its statistics, subject to its memory limit).
 
-bool allows_host_tensors(const c10::OperatorName& name) {
-  // Operators whose real XPU kernels accept CPU index tensors.
+// The indexing operators take CPU index tensors (aten moves them to the device); their values and every other
+// tensor must be on the device, as aten's device check and TensorIterator require.
+bool allows_host_tensor(const c10::OperatorName& name, const std::string& arg) {
   static const std::vector<std::string> ops = {"aten::index", "aten::index_put_", "aten::index_put",
                                                "aten::_index_put_impl_", "aten::_unsafe_index",
                                                "aten::_unsafe_index_put"};
-  return std::find(ops.begin(), ops.end(), name.name) != ops.end();
+  return arg == "indices" && std::find(ops.begin(), ops.end(), name.name) != ops.end();
+}
+
+// A ScalarType argument (`dtype=torch.float64`): the kernel computes in that type.
+bool is_fp64_dtype_argument(const c10::Argument& arg, const c10::IValue& v) {
+  auto type = arg.type();
+  if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+  return type->kind() == c10::TypeKind::ScalarTypeType && v.isInt() && is_fp64(static_cast<c10::ScalarType>(v.toInt()));
 }
 
 struct FallbackState {
@@ -1226,9 +1316,9 @@ struct FallbackState {
                   static_cast<int>(*device), " and xpu:", static_cast<int>(d), "! (when checking argument '", arg,
                   "' of ", op.schema().name(), ")");
       device = d;
-      auto st = t.scalar_type();
-      fp64 = fp64 || st == at::kDouble || st == at::kComplexDouble;
-    } else if (t.device().is_cpu() && t.dim() > 0 && host_arg.empty()) {
+      fp64 = fp64 || is_fp64(t.scalar_type());
+    } else if (t.device().is_cpu() && t.dim() > 0 && host_arg.empty() &&
+               !allows_host_tensor(op.schema().operator_name(), arg)) {
       host_arg = arg;
     }
   }
@@ -1289,6 +1379,40 @@ struct FallbackState {
   }
 };
 
+// A view (every result aliases an input, nothing is written): no kernel runs, so no device aspect is needed.
+bool is_view(const c10::FunctionSchema& schema) {
+  const auto& rets = schema.returns();
+  return !rets.empty() && std::all_of(rets.begin(), rets.end(), [](const c10::Argument& r) {
+    return r.alias_info() != nullptr && !r.alias_info()->isWrite();
+  });
+}
+
+bool writes(const c10::Argument& arg) {
+  const auto* ai = arg.alias_info();
+  if (ai == nullptr) return false;
+  if (ai->isWrite()) return true;
+  for (const auto& contained : ai->containedTypes())
+    if (contained.isWrite()) return true;
+  return false;
+}
+
+// Every xpu tensor argument is an access by the operator just enqueued: a write where the schema says so.
+void sanitize_arguments(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first) {
+  const auto& args = schema.arguments();
+  const auto& name = schema.name();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& v = stack[first + i];
+    const bool write = writes(args[i]);
+    auto one = [&](const at::Tensor& t) {
+      if (is_xpu(t)) sanitizer_access(t, write, name.c_str(), args[i].name().c_str());
+    };
+    if (v.isTensor()) one(v.toTensor());
+    else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) one(t);
+    else if (v.isOptionalTensorList())
+      for (std::optional<at::Tensor> t : v.toOptionalTensorList()) if (t) one(*t);
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_not_bad_fork();
   counters.fallback_ops++;
@@ -1301,19 +1425,21 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   bool has_out = false;
   for (size_t i = 0; i < n_args; ++i) {
     fs.scan((*stack)[first + i], args[i].name());
+    fs.fp64 = fs.fp64 || is_fp64_dtype_argument(args[i], (*stack)[first + i]);
     has_out = has_out || args[i].is_out();
   }
   if (!fs.device) fs.device = tl_device;
-  TORCH_CHECK(fs.host_arg.empty() || allows_host_tensors(schema.operator_name()),
+  TORCH_CHECK(fs.host_arg.empty(),
               "Expected all tensors to be on the same device, but found at least two devices, xpu:",
               static_cast<int>(*fs.device), " and cpu! (when checking argument '", fs.host_arg, "' of ",
               schema.name(), ")");
-  TORCH_CHECK(config.has_fp64 || !fs.fp64,
+  TORCH_CHECK(config.has_fp64 || !fs.fp64 || is_view(schema),
               "Required aspect fp64 is not supported on the device (", config.name,
               " has no native fp64; operator ", schema.name(), ")");
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
   alert_if_nondeterministic(op, *stack, first);  // deterministic.cpp: as Intel's XPU kernels alert
   enqueue(*fs.device, current_stream_id(*fs.device));
+  if (sanitizer_enabled()) sanitize_arguments(schema, *stack, first);
 
   // A random operator: hold its xpu generator's lock while the CPU kernel runs with the engine for (seed, offset),
   // then advance the offset by what it wrote.
@@ -1377,7 +1503,11 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;
   std::unordered_map<c10::StorageImpl*, size_t> refs;
   auto count = [&](const at::Tensor& t) {
-    if (t.defined() && t.device().is_cpu() && t.has_storage()) refs[t.storage().unsafeGetStorageImpl()]++;
+    if (!t.defined()) return;
+    TORCH_CHECK(config.has_fp64 || !is_fp64(t.scalar_type()) || is_view(schema),
+                "Required aspect fp64 is not supported on the device (", config.name,
+                " has no native fp64; operator ", schema.name(), ")");
+    if (t.device().is_cpu() && t.has_storage()) refs[t.storage().unsafeGetStorageImpl()]++;
   };
   for (size_t i = 0; i < n_rets; ++i) {
     const auto& v = (*stack)[rfirst + i];
@@ -1533,6 +1663,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     config.name = std::move(name);
   });
   m.def("register_functional_fallbacks", &register_functional_fallbacks);
+  m.def("set_sanitizer", &sanitizer_enable, "Switch the stream sanitizer on or off (sanitizer.cpp).");
+  m.def("set_torch_release", &xccl_set_torch_release, "The torch release whose ProcessGroupXCCL is modelled.");
   // torch internals: whether at::detail::getXPUHooks() is this library's (without counting devices, which would
   // enumerate them and fix ZE_AFFINITY_MASK before the runtime is initialised).
   m.def("hooks_installed", []() { return dynamic_cast<const EmuXPUHooks*>(&at::detail::getXPUHooks()) != nullptr; });

@@ -26,6 +26,11 @@ namespace xpu_emu {
 at::Tensor host_view(const at::Tensor& t);  // emulator.cpp
 bool is_async();
 uint64_t defer_collective(c10::DeviceIndex d, at::Tensor dst, at::Tensor src);
+uint64_t collective_position(c10::DeviceIndex d);
+extern const c10::StreamId kCollectiveStreamId;
+void sanitizer_access(const at::Tensor& t, bool write, const char* op, const char* arg);  // sanitizer.cpp
+void sanitizer_access_at(const at::Tensor& t, bool write, c10::StreamId s, uint64_t seq, const char* op,
+                         const char* arg);
 void land_ids(const std::vector<uint64_t>& ids);
 bool landed(const std::vector<uint64_t>& ids);
 
@@ -111,8 +116,27 @@ std::vector<at::Tensor> flat(const std::vector<std::vector<at::Tensor>>& ts) {
 
 void finish(const c10::intrusive_ptr<Work>& w) { w->wait(); }
 
-// Reductions gloo cannot do itself become SUM (+ division for AVG, see average()).
+// The modelled torch release's minor version (LIGHTNING_XPU_EMULATOR_TORCH): PREMUL_SUM differs between releases.
+int torch_minor = 13;
+
+// Reductions gloo cannot do itself become SUM (+ division for AVG, see average(), and the factor of PREMUL_SUM).
 bool is_avg(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::AVG; }
+bool is_premul_sum(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
+
+c10d::ReduceOp gloo_op(const c10d::ReduceOp& op) {
+  return is_avg(op) || op.op_ == c10d::ReduceOp::PREMUL_SUM ? c10d::ReduceOp(c10d::ReduceOp::SUM) : op;
+}
+
+// Multiplies what a rank contributes by PREMUL_SUM's factor, in place. From 2.12 ProcessGroupXCCL does this to the
+// caller's input itself; in 2.11 oneCCL scales inside the reduction and the input is left as it was.
+void premultiply(const at::Tensor& contribution, const c10d::ReduceOp& op) {
+  if (!is_premul_sum(op)) return;
+  const auto* factor = reinterpret_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  if (factor->tensor_factor.defined())
+    contribution.mul_(factor->tensor_factor.is_xpu() ? host_view(factor->tensor_factor) : factor->tensor_factor);
+  else
+    contribution.mul_(factor->double_factor);
+}
 
 // Turns the SUM of `size` ranks into their AVG, in place, as ProcessGroupXCCL's AVG does: every torch XPU wheel from
 // the floor up is built against oneCCL >= 2021.15 (2.8 ships 2021.15, 2.9 2021.16, 2.10 and later 2021.17), so AVG is
@@ -125,7 +149,10 @@ void average(at::Tensor& t, int64_t size) {
     t.div_(size, "trunc");
 }
 
-// As ProcessGroupXCCL's getXcclReduceOp: XCCL has MIN, MAX, SUM, PRODUCT and AVG.
+
+// As ProcessGroupXCCL's getXcclReduceOp: XCCL has MIN, MAX, SUM, PRODUCT and AVG. PREMUL_SUM: refused up to 2.10;
+// oneCCL's own pre-multiplied sum for floating types in 2.11 (its wheels ship oneCCL 2021.17); from 2.12 the input is
+// multiplied by the factor in place and summed, for every dtype (applyPreMulSumIfNeeded).
 void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) {
   using R = c10d::ReduceOp;
   const char* name = nullptr;
@@ -133,7 +160,14 @@ void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) 
     case R::BAND: name = "BAND"; break;
     case R::BOR: name = "BOR"; break;
     case R::BXOR: name = "BXOR"; break;
-    case R::PREMUL_SUM: name = "PREMUL_SUM"; break;
+    case R::PREMUL_SUM:
+      if (torch_minor <= 10) name = "PREMUL_SUM";
+      if (torch_minor == 11)
+        for (const auto& t : ts)
+          TORCH_CHECK_WITH(TypeError, at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat8_e5m2 &&
+                                          t.scalar_type() != at::kFloat8_e4m3fn,
+                           "PreMulSum Data type must be half, float, bfloat16 or double");
+      break;
     default: break;
   }
   if (name != nullptr) C10_THROW_ERROR(ValueError, std::string("Cannot use ReduceOp.") + name + " with XCCL");
@@ -191,13 +225,18 @@ class EmuXccl final : public c10d::Backend {
     if (hold)
       for (const auto& t : outs) before.push_back(host_view(t).clone());
     body();
-    if (!hold) return c10::make_intrusive<DoneWork>(outs, type);
+    if (!hold) {
+      for (const auto& t : outs) sanitizer_access(t, true, "XCCL collective", "output");
+      return c10::make_intrusive<DoneWork>(outs, type);
+    }
     std::vector<uint64_t> ids;
     for (size_t i = 0; i < outs.size(); ++i) {
       auto memory = host_view(outs[i]);
       auto result = memory.clone();
       memory.copy_(before[i]);
-      ids.push_back(defer_collective(outs[i].device().index(), memory, result));
+      const auto d = outs[i].device().index();
+      ids.push_back(defer_collective(d, memory, result));
+      sanitizer_access_at(outs[i], true, kCollectiveStreamId, collective_position(d), "XCCL collective", "output");
     }
     return c10::make_intrusive<DeferredWork>(outs, type, std::move(ids));
   }
@@ -256,7 +295,10 @@ class EmuXccl final : public c10d::Backend {
     return run(ts, OpType::REDUCE, opts.asyncOp, [&] {
       auto v = views(ts);
       auto o = opts;
-      if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+      o.reduceOp = gloo_op(opts.reduceOp);
+      if (is_premul_sum(opts.reduceOp) && torch_minor == 11 && getRank() != opts.rootRank)
+        for (auto& t : v) t = t.clone();  // only the root's tensor changes
+      for (auto& t : v) premultiply(t, opts.reduceOp);
       finish(gloo_->reduce(v, o));
       if (is_avg(opts.reduceOp) && getRank() == opts.rootRank)
         for (auto& t : v) average(t, getSize());
@@ -452,9 +494,11 @@ class EmuXccl final : public c10d::Backend {
 
  private:
   void _reduce_scatter_host(at::Tensor& out_flat, const at::Tensor& in_flat, const c10d::ReduceScatterOptions& opts) {
+    if (torch_minor >= 12) premultiply(in_flat, opts.reduceOp);
     std::vector<at::Tensor> sum{in_flat.clone()};
+    if (torch_minor == 11) premultiply(sum[0], opts.reduceOp);
     c10d::AllreduceOptions o;
-    o.reduceOp = is_avg(opts.reduceOp) ? c10d::ReduceOp(c10d::ReduceOp::SUM) : opts.reduceOp;
+    o.reduceOp = gloo_op(opts.reduceOp);
     o.timeout = opts.timeout;
     finish(gloo_->allreduce(sum, o));
     auto mine = sum[0].narrow(0, getRank() * out_flat.numel(), out_flat.numel());
@@ -465,7 +509,8 @@ class EmuXccl final : public c10d::Backend {
   void allreduce_now(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) {
     auto v = views(ts);
     auto o = opts;
-    if (is_avg(opts.reduceOp)) o.reduceOp = c10d::ReduceOp::SUM;
+    o.reduceOp = gloo_op(opts.reduceOp);
+    for (auto& t : v) premultiply(t, opts.reduceOp);  // the input is the output: in place on every release
     finish(gloo_->allreduce(v, o));
     if (is_avg(opts.reduceOp))
       for (auto& t : v) average(t, getSize());
@@ -692,6 +737,11 @@ TORCH_LIBRARY_IMPL(c10d, XPU, m) {
   m.impl("barrier", barrier);
   m.impl("send", send);
   m.impl("recv_", recv_);
+}
+
+void xccl_set_torch_release(int major, int minor) {
+  TORCH_CHECK(major == 2, "the emulated XCCL models torch 2.x releases, got ", major, ".", minor);
+  torch_minor = minor;
 }
 
 void register_xccl(py::module& m) {
