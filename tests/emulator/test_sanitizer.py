@@ -1,4 +1,5 @@
-"""The stream sanitizer: accesses that are not ordered across streams fail, as they race on an Intel GPU."""
+"""The stream sanitizer (LIGHTNING_XPU_EMULATOR_SANITIZER=1): accesses that are not ordered across streams fail, as
+they race on an Intel GPU."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def run(name, step):
     torch.xpu.synchronize()
     keep.clear()
 """
+
+
+SANITIZER = {"LIGHTNING_XPU_EMULATOR_SANITIZER": "1"}
 
 
 def _results(out: str) -> dict[str, str]:
@@ -89,6 +93,7 @@ run("read_after_host_sync", read_after_host_sync)
 run("side_stream_reads_unwaited_input", side_stream_reads_unwaited_input)
 run("write_while_another_stream_reads", write_while_another_stream_reads)
 """,
+        env=SANITIZER,
     )
     results = _results(out)
     assert results["read_without_wait"].startswith("XPU stream sanitizer: aten::add")
@@ -133,6 +138,7 @@ run("read_before_wait", read_before_wait)
 run("after_wait", after_wait)
 dist.destroy_process_group()
 """,
+        env=SANITIZER,
     )
     results = _results(out)
     for name in ("write_before_wait", "read_before_wait"):
@@ -144,7 +150,7 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize(
     ("env", "expected"),
-    [({"LIGHTNING_XPU_EMULATOR_SANITIZER": "0"}, "ok"), ({"LIGHTNING_XPU_EMULATOR_SYNC": "1"}, "ok"), ({}, "race")],
+    [({}, "ok"), ({**SANITIZER, "LIGHTNING_XPU_EMULATOR_SYNC": "1"}, "ok"), (SANITIZER, "race")],
 )
 def test_sanitizer_switch(run_emulated, env, expected):
     out = run_emulated(

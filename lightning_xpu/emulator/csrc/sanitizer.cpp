@@ -6,7 +6,7 @@
 // queue, work the host saw complete, or a wait (Stream.wait_stream, Event.wait, Work.wait) directly or through other
 // streams. PyTorch's CUDA sanitizer (TORCH_CUDA_SANITIZER=1) checks the same on CUDA. Not checked: a block freed
 // while another stream still uses it without record_stream (the allocator here never hands memory on early).
-// LIGHTNING_XPU_EMULATOR_SANITIZER=0 switches it off.
+// LIGHTNING_XPU_EMULATOR_SANITIZER=1 switches it on.
 
 #include <ATen/ATen.h>
 
@@ -42,7 +42,7 @@ struct Accesses {
   std::vector<Access> reads;  // since the last write: the latest per stream
 };
 
-bool enabled = true;
+bool enabled = false;
 auto& table = *new std::unordered_map<const void*, Accesses>();
 
 std::string stream_name(c10::StreamId s) {
@@ -57,7 +57,7 @@ std::string how_to_wait(c10::StreamId other) {
   return "make this stream wait first: `torch.xpu.current_stream().wait_stream(other_stream)` or `event.wait()`";
 }
 
-constexpr const char* kSwitch = " (LIGHTNING_XPU_EMULATOR_SANITIZER=0 switches the sanitizer off)";
+constexpr const char* kSwitch = " (the emulator's stream sanitizer, LIGHTNING_XPU_EMULATOR_SANITIZER=1)";
 
 [[noreturn]] void race(const Accesses& a, const Access& earlier, bool earlier_wrote, c10::StreamId s, bool write,
                        const char* op, const char* arg) {
