@@ -1425,7 +1425,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   bool has_out = false;
   for (size_t i = 0; i < n_args; ++i) {
     fs.scan((*stack)[first + i], args[i].name());
-    fs.fp64 = fs.fp64 || is_fp64_dtype_argument(args[i], (*stack)[first + i]);
+    fs.fp64 = fs.fp64 || (!config.has_fp64 && is_fp64_dtype_argument(args[i], (*stack)[first + i]));
     has_out = has_out || args[i].is_out();
   }
   if (!fs.device) fs.device = tl_device;

@@ -123,6 +123,7 @@ void sanitizer_access(const at::Tensor& t, bool write, const char* op, const cha
 }
 
 void sanitizer_freed(const void* ctx) noexcept {
+  if (!enabled) return;  // set once, when the emulator is enabled: no lock per free without the sanitizer
   std::lock_guard<std::recursive_mutex> g(queue_mu);
   table.erase(ctx);
 }
