@@ -6,7 +6,8 @@ patches to the base") and after each patch:
 
 1. byte-compiles the Python files the patch touched;
 2. runs the series' tests present in the prefix tree (the mocked tier, with ``tests/series/run.py --src`` so the tree
-   is imported directly and no wheel is built per prefix); a prefix without tests gets an import smoke test instead.
+   is imported directly and no wheel is built per prefix); a prefix without tests gets an import smoke test instead,
+   and a patch that changes nothing under ``src/`` or ``tests/`` (documentation pages) is applied but not tested again.
 
 It stops at the first patch that does not apply or breaks a test and names it (``--keep-going`` checks every prefix).
 ``--jobs N`` tests N prefixes at a time, each in a copy of its own tree (the patches still apply one after another).
@@ -149,6 +150,10 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
     except PatchFailed as err:
         result.status, result.detail = "apply", str(err)
         return result
+    if not any(f.startswith(_SEEN_BY_TESTS) for f in patch.files):
+        result.tests = "changes nothing under src/ or tests/: no test can tell this prefix from the one before"
+        result.seconds = time.monotonic() - start
+        return result
     files = touched_test_files(tree, series, index) if upstream else series_test_files(tree)
     if error := compile_touched(tree, patch):
         result.status, result.detail = "compile", error
@@ -170,6 +175,10 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
             result.status, result.detail = "import", error
     result.seconds = time.monotonic() - start
     return result
+
+
+# what the tests import or read; a patch outside these (the documentation pages) gets applied but not tested again
+_SEEN_BY_TESTS = ("src/", "tests/")
 
 
 def _tail(output: str, lines: int = 15) -> str:

@@ -21,6 +21,7 @@ BREAK_ADD = {
     "    return a * b\n",
 }
 ADD_README = {"src/lightning/fabric/NOTES.md": "notes\n"}
+ADD_DOCS = {"docs/source-fabric/calc.rst": "Calc\n====\n"}
 ADD_NEG = {
     "src/lightning/fabric/neg.py": "def neg(a):\n    return -a\n",
     "tests/tests_fabric/test_neg.py": "from lightning.fabric.neg import neg\n\n\n"
@@ -97,6 +98,15 @@ def test_a_good_series_passes_and_prefixes_without_tests_get_an_import_check(tmp
     assert "[1/3] ok" in proc.stdout and "import smoke test" in proc.stdout
     assert "[3/3] ok" in proc.stdout and "3 passed" in proc.stdout
     assert "all 3 prefixes apply and pass their tests" in proc.stdout
+
+
+def test_a_documentation_patch_is_applied_but_not_tested_again(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("docs: add the calc page", ADD_DOCS)])
+    proc = _bisect(base, series, "--workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, second = proc.stdout.split("[2/2]")
+    assert "2 passed" in first
+    assert "ok" in second and "no test can tell this prefix from the one before" in second
 
 
 def test_names_the_patch_that_does_not_apply(tmp_path):
