@@ -64,6 +64,7 @@ class PrefixResult:
     tests: str = ""
     seconds: float = 0.0
     failed: list[str] = field(default_factory=list)
+    retested: bool = True  # False: the patch changes nothing the tests see, so the prefix stands as the one before
 
     @property
     def ok(self) -> bool:
@@ -152,6 +153,7 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
         return result
     if not any(f.startswith(_SEEN_BY_TESTS) for f in patch.files):
         result.tests = "changes nothing under src/ or tests/: no test can tell this prefix from the one before"
+        result.retested = False
         result.seconds = time.monotonic() - start
         return result
     files = touched_test_files(tree, series, index) if upstream else series_test_files(tree)
@@ -284,6 +286,8 @@ def _bisect(series: Series, source: Path, ns: argparse.Namespace, upstream: bool
             checks = (check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch, upstream)
                       for index, patch in enumerate(series.patches, 1))
         for result in checks:
+            if not result.retested and results and not results[-1].ok:  # --keep-going: the earlier break persists
+                result.status, result.detail = results[-1].status, f"as prefix {results[-1].index}"
             results.append(result)
             print(report_line(result, total), flush=True)
             if not result.ok and (result.status == "apply" or not ns.keep_going):

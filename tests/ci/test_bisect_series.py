@@ -109,6 +109,15 @@ def test_a_documentation_patch_is_applied_but_not_tested_again(tmp_path):
     assert "ok" in second and "no test can tell this prefix from the one before" in second
 
 
+def test_a_documentation_patch_after_a_break_keeps_the_break(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD),
+                                      ("docs: add the calc page", ADD_DOCS)])
+    proc = _bisect(base, series, "--workers", "0", "--keep-going")
+    assert proc.returncode == 1
+    assert "FIRST BROKEN PATCH: 2/3 0002-fabric-rewrite-add.patch" in proc.stdout
+    assert "[3/3] BROKEN (tests)" in proc.stdout  # not reported as passing: its tree still has the second's break
+
+
 def test_names_the_patch_that_does_not_apply(tmp_path):
     base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD)])
     second = series / "0002-fabric-rewrite-add.patch"
