@@ -50,7 +50,7 @@ def test_concurrent_builds_compile_once(tmp_path):
     built = Path(paths.pop())
     assert built.read_text() == "fake" and built.parent.parent == tmp_path / "cache"
     calls = log.read_text().splitlines()
-    sources = len(_build._SOURCES)
+    sources = len(_build._SOURCES) + 1  # and the generated device_checks.cpp
     assert len(calls) == sources + 1  # each source and one link, by one process only
     assert sum(" -c " in f" {c} " for c in calls) == sources
     assert not [p for p in built.parent.iterdir() if p.name.startswith("tmp")]  # no half-built leftovers
@@ -111,3 +111,20 @@ def test_the_generated_table_is_part_of_the_build_key(tmp_path, monkeypatch):
     before = _build._build_key()
     table.write_text("// another table\n")
     assert _build._build_key() != before
+
+
+def test_the_operators_without_a_device_check_come_from_native_functions_yaml():
+    yaml = (
+        "- func: add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor\n"
+        "  device_check: NoCheck   # TensorIterator\n"
+        "  structured_delegate: add.out\n\n"
+        "- func: index_select(Tensor self, int dim, Tensor index) -> Tensor\n"
+        "  variants: method, function\n\n"
+        "- func: copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)\n"
+        "  device_check: NoCheck\n"
+    )
+    assert _build.no_device_check_ops(yaml) == ["add.Tensor", "copy_"]
+    # the running torch's own file: TensorIterator's binary operators take CPU scalars, index_select does not
+    ops = _build.no_device_check_ops(_build._native_functions_yaml().read_text())
+    assert "add.Tensor" in ops and "where.self" in ops
+    assert "index_select" not in ops

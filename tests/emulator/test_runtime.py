@@ -277,6 +277,37 @@ def test_indexing_takes_cpu_indices_but_not_cpu_values(run_emulated):
     assert results["after"] == "[1.0, 0.0, 1.0, 0.0]"  # the refused writes changed nothing
 
 
+def test_a_cpu_scalar_reaches_only_the_operators_that_take_one(run_emulated):
+    """torchgen checks devices in every XPU kernel not marked `device_check: NoCheck`, 0-dim CPU tensors included."""
+    out = run_emulated(
+        """
+        import torch
+        x = torch.arange(6.0, device="xpu").reshape(3, 2)
+        i, one = torch.tensor(1), torch.tensor(1.0)
+        steps = {
+            "add": lambda: (x + one).sum().item(),
+            "where": lambda: torch.where(x > 2, x, one).sum().item(),
+            "index_select": lambda: x.index_select(0, i),
+            "index_add": lambda: x.index_add(0, i, torch.ones(2, device="xpu")),
+            "index_fill": lambda: x.index_fill(0, i, 9.0),
+            "index_select_on_device": lambda: x.index_select(0, i.xpu()).sum().item(),
+        }
+        for name, step in steps.items():
+            try:
+                print(name, step())
+            except RuntimeError as e:
+                print(name, str(e).splitlines()[0])
+        """,
+    )
+    results = dict(line.split(" ", 1) for line in out.splitlines())
+    assert results["add"] == "21.0"
+    assert results["where"] == "15.0"
+    assert results["index_select_on_device"] == "5.0"
+    for name in ("index_select", "index_add", "index_fill"):
+        assert results[name].startswith("Expected all tensors to be on the same device, but found at least two "
+                                        "devices, xpu:0 and cpu!"), (name, results[name])
+
+
 def test_new_device_memory_is_not_zeroed(run_emulated):
     """The caching allocator hands a freed block back with its old bytes; fresh host pages would read as zeros."""
     out = run_emulated(

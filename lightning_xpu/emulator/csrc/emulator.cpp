@@ -54,6 +54,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace xpu_emu {
@@ -1292,6 +1293,27 @@ bool allows_host_tensor(const c10::OperatorName& name, const std::string& arg) {
   return arg == "indices" && std::find(ops.begin(), ops.end(), name.name) != ops.end();
 }
 
+// device_checks.cpp, generated at build time from torch's native_functions.yaml (_build.py): the operators whose
+// device check is left to their kernel (`device_check: NoCheck`, TensorIterator's operators among them).
+extern const char* const kNoDeviceCheckOps[];
+extern const size_t kNoDeviceCheckOpCount;
+
+// torchgen gives every other operator's XPU kernel, as it gives CUDA's, a check that its positional and out tensor
+// arguments share one device, 0-dim CPU tensors included (TensorIterator's operators take those as scalars).
+// An `index` argument is one in the kernel too: TensorIterator restrides it like `self` (index_fill_), never a scalar.
+bool checks_devices(const c10::OperatorName& name, const c10::Argument& arg) {
+  if (arg.kwarg_only() && !arg.is_out()) return false;
+  if (arg.name() == "index") return true;
+  static const auto& no_check = *[] {
+    auto* ops = new std::unordered_set<std::string>();
+    for (size_t i = 0; i < kNoDeviceCheckOpCount; ++i) ops->insert(kNoDeviceCheckOps[i]);
+    return ops;
+  }();
+  std::string key = name.name.substr(name.name.find("::") + 2);
+  if (!name.overload_name.empty()) key += "." + name.overload_name;
+  return no_check.count(key) == 0;
+}
+
 // A ScalarType argument (`dtype=torch.float64`): the kernel computes in that type.
 bool is_fp64_dtype_argument(const c10::Argument& arg, const c10::IValue& v) {
   auto type = arg.type();
@@ -1307,8 +1329,9 @@ struct FallbackState {
   bool fp64 = false;
   explicit FallbackState(const c10::OperatorHandle& o) : op(o) {}
 
-  void note(const at::Tensor& t, const std::string& arg) {
+  void note(const at::Tensor& t, const c10::Argument& argument) {
     if (!t.defined()) return;
+    const auto& arg = argument.name();
     if (is_xpu(t)) {
       auto d = t.device().index();
       TORCH_CHECK(!device || *device == d,
@@ -1317,8 +1340,8 @@ struct FallbackState {
                   "' of ", op.schema().name(), ")");
       device = d;
       fp64 = fp64 || is_fp64(t.scalar_type());
-    } else if (t.device().is_cpu() && t.dim() > 0 && host_arg.empty() &&
-               !allows_host_tensor(op.schema().operator_name(), arg)) {
+    } else if (t.device().is_cpu() && host_arg.empty() && !allows_host_tensor(op.schema().operator_name(), arg) &&
+               (t.dim() > 0 || checks_devices(op.schema().operator_name(), argument))) {
       host_arg = arg;
     }
   }
@@ -1339,7 +1362,7 @@ struct FallbackState {
     return v;
   }
 
-  void scan(const c10::IValue& v, const std::string& arg) {
+  void scan(const c10::IValue& v, const c10::Argument& arg) {
     if (v.isTensor()) note(v.toTensor(), arg);
     else if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList()) note(t, arg);
     else if (v.isOptionalTensorList())
@@ -1424,7 +1447,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   bool has_out = false;
   for (size_t i = 0; i < n_args; ++i) {
-    fs.scan((*stack)[first + i], args[i].name());
+    fs.scan((*stack)[first + i], args[i]);
     fs.fp64 = fs.fp64 || (!config.has_fp64 && is_fp64_dtype_argument(args[i], (*stack)[first + i]));
     has_out = has_out || args[i].is_out();
   }
