@@ -1,6 +1,6 @@
 """On an NVIDIA machine: does CUDA's stream sanitizer report FSDP1's gradient-writeback race?
 
-The emulator's stream sanitizer (LIGHTNING_XPU_EMULATOR_SANITIZER=1) flags FSDP1 (``use_orig_params=True``, as
+The emulator's stream sanitizer (on by default) flags FSDP1 (``use_orig_params=True``, as
 Lightning's FSDPStrategy sets it) in Lightning's ``test_strategy_sync_batchnorm``: the post-backward stream adds into
 ``flat_param._saved_grad_shard`` what the pre-unshard stream wrote in ``_writeback_orig_params``, and the unshard
 stream waits for the pre-unshard stream only when parameters, not gradients, were written back. This runs the same

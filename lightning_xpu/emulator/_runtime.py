@@ -108,10 +108,10 @@ def enable(num_devices: int, profile_key: str) -> None:
 
 
 def _sanitizer_setting() -> bool:
-    """``LIGHTNING_XPU_EMULATOR_SANITIZER=1`` switches the stream sanitizer on (off by default, see README.md)."""
-    value = os.environ.get(ENV_SANITIZER, "").strip() or "0"
+    """The stream sanitizer is on unless ``LIGHTNING_XPU_EMULATOR_SANITIZER=0`` (see README.md)."""
+    value = os.environ.get(ENV_SANITIZER, "").strip() or "1"
     if value not in ("0", "1"):
-        raise ValueError(f"{ENV_SANITIZER} must be 0 (the stream sanitizer off, the default) or 1 (on), got {value!r}.")
+        raise ValueError(f"{ENV_SANITIZER} must be 1 (the stream sanitizer on, the default) or 0 (off), got {value!r}.")
     return value == "1"
 
 

@@ -1,5 +1,7 @@
 """tests/series/run.py --standalone: one process per test, outcomes counted from each test's own result."""
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,53 @@ def test_the_runner_counts_passed_skipped_and_failed_tests_apart(tmp_path):
     assert "SKIPPED tests_fabric/test_outcomes.py::test_skips" in proc.stdout
     assert "FAILED tests_fabric/test_outcomes.py::test_fails" in proc.stdout
     assert "test_not_standalone" not in proc.stdout
+
+
+def _torch_stream_races() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("series_run", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TORCH_STREAM_RACES
+
+
+_RACE_NODE = "tests_pytorch/strategies/test_fsdp_xpu.py::test_strategy_sync_batchnorm"
+_SANITIZER_TESTS = '''import os
+
+import pytest
+
+standalone = pytest.mark.skipif(False, reason="Standalone execution", standalone=True)
+
+
+@standalone
+def test_strategy_sync_batchnorm():
+    assert os.environ["LIGHTNING_XPU_EMULATOR_SANITIZER"] == "0"
+
+
+@standalone
+def test_other():
+    assert "LIGHTNING_XPU_EMULATOR_SANITIZER" not in os.environ
+'''
+
+
+def test_the_sanitizer_is_off_only_for_tests_where_torch_races(tmp_path):
+    assert _RACE_NODE in _torch_stream_races()
+    path = tmp_path / "tree" / "tests" / _RACE_NODE.split("::")[0]
+    path.parent.mkdir(parents=True)
+    path.write_text(_SANITIZER_TESTS)
+    env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_XPU_EMULATOR_SANITIZER"}
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), "--tree", str(tmp_path / "tree"), "--standalone"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "standalone: 2 passed, 0 skipped, 0 failed" in proc.stdout
+    assert f"the emulator's stream sanitizer is off for {_RACE_NODE}: FSDP1's" in proc.stdout
+
+
+def test_every_listed_race_names_a_test_of_the_series():
+    patches = "".join(p.read_text() for p in (RUNNER.parents[2] / "patches").glob("*.patch"))
+    for node, reason in _torch_stream_races().items():
+        path, name = node.split("::")
+        assert f"+++ b/tests/{path}" in patches, node
+        assert f"+def {name}(" in patches, node
+        assert (RUNNER.parents[2] / reason.rsplit("(", 1)[1].rstrip(")")).is_file(), reason

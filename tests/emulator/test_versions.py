@@ -129,7 +129,7 @@ def test_composite_mask_falls_back_to_the_poisoning_count(run_emulated):
         ({"LIGHTNING_XPU_EMULATOR_TORCH": "2.7"}, "choose one from 2.8 to 2.13"),
         ({"LIGHTNING_XPU_EMULATOR_TORCH": "latest"}, "LIGHTNING_XPU_EMULATOR_TORCH='latest' is not a torch release"),
         ({"LIGHTNING_XPU_EMULATOR_PYZES": "yes"}, "LIGHTNING_XPU_EMULATOR_PYZES must be 0 (no pyzes, the default)"),
-        ({"LIGHTNING_XPU_EMULATOR_SANITIZER": "yes"}, "LIGHTNING_XPU_EMULATOR_SANITIZER must be 0 (the stream"),
+        ({"LIGHTNING_XPU_EMULATOR_SANITIZER": "yes"}, "LIGHTNING_XPU_EMULATOR_SANITIZER must be 1 (the stream"),
     ],
 )
 def test_unknown_or_newer_profile_is_refused(run_emulated, env, message):

@@ -34,6 +34,14 @@ RANK_PLUGIN = REPO / "ci" / "intel" / "plugins"
 SUITES = ("tests_fabric", "tests_pytorch")
 _IMPORT = re.compile(r"(?<![\w/@.])lightning\.(fabric|pytorch)(?![\w/])")
 _STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning"}
+# Standalone tests in which torch's own code races on XPU streams, each with the evidence. The emulator's stream
+# sanitizer (on by default, lightning_xpu/emulator/README.md) is off in their processes alone; an Intel GPU ignores it.
+TORCH_STREAM_RACES = {
+    "tests_pytorch/strategies/test_fsdp_xpu.py::test_strategy_sync_batchnorm": (
+        "FSDP1's post-backward stream adds into _saved_grad_shard what its pre-unshard stream wrote, unordered; "
+        "CUDA's TORCH_CUDA_SANITIZER=1 reports the same race (ci/cuda/fsdp1_writeback_race.py)"
+    ),
+}
 
 
 def rewrite_imports(text: str) -> str:
@@ -114,6 +122,15 @@ def _outcome(returncode: int, args: list[str]) -> str:
     return "skipped" if all(c.outcome == "skipped" for c in cases) else "passed"
 
 
+def _sanitizer_setting(node: str) -> dict[str, str]:
+    """``LIGHTNING_XPU_EMULATOR_SANITIZER=0`` for a test in ``TORCH_STREAM_RACES`` (saying why), else nothing."""
+    reason = TORCH_STREAM_RACES.get(node.split("[")[0].removeprefix("./"))
+    if reason is None:
+        return {}
+    print(f"standalone: the emulator's stream sanitizer is off for {node}: {reason}", flush=True)
+    return {"LIGHTNING_XPU_EMULATOR_SANITIZER": "0"}
+
+
 def _named_paths(dest: Path, args: list[str]) -> list[str]:
     """The test paths (``file``, ``dir`` or ``file::node``) among the pytest arguments."""
     return [a for a in args if not a.startswith("-") and (dest / a.split("::")[0]).exists()]
@@ -148,7 +165,8 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
             for i, node in enumerate(node_ids)]
     # each test (all its ranks) gets a temporary directory of its own: pytest removes old numbered base directories
     # at start-up, which would pull a running test's tmp_path from under it
-    envs = [{**env, "TMPDIR": str(dest / ".standalone-tmp" / f"test-{i}")} for i in range(len(runs))]
+    envs = [{**env, "TMPDIR": str(dest / ".standalone-tmp" / f"test-{i}"), **_sanitizer_setting(node)}
+            for i, node in enumerate(node_ids)]
     for run_env in envs:
         Path(run_env["TMPDIR"]).mkdir(parents=True)
     if parallel <= 1:

@@ -6,7 +6,7 @@
 // queue, work the host saw complete, or a wait (Stream.wait_stream, Event.wait, Work.wait) directly or through other
 // streams. PyTorch's CUDA sanitizer (TORCH_CUDA_SANITIZER=1) checks the same on CUDA. Not checked: a block freed
 // while another stream still uses it without record_stream (the allocator here never hands memory on early).
-// LIGHTNING_XPU_EMULATOR_SANITIZER=1 switches it on.
+// On by default; LIGHTNING_XPU_EMULATOR_SANITIZER=0 switches it off.
 
 #include <ATen/ATen.h>
 
@@ -57,7 +57,7 @@ std::string how_to_wait(c10::StreamId other) {
   return "make this stream wait first: `torch.xpu.current_stream().wait_stream(other_stream)` or `event.wait()`";
 }
 
-constexpr const char* kSwitch = " (the emulator's stream sanitizer, LIGHTNING_XPU_EMULATOR_SANITIZER=1)";
+constexpr const char* kSwitch = " (the emulator's stream sanitizer; LIGHTNING_XPU_EMULATOR_SANITIZER=0 switches it off)";
 
 [[noreturn]] void race(const Accesses& a, const Access& earlier, bool earlier_wrote, c10::StreamId s, bool write,
                        const char* op, const char* arg) {
