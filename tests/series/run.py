@@ -37,7 +37,7 @@ _STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning
 # Standalone tests in which torch's own code races on XPU streams, each with the evidence. The emulator's stream
 # sanitizer (on by default, lightning_xpu/emulator/README.md) is off in their processes alone; an Intel GPU ignores it.
 TORCH_STREAM_RACES = {
-    "tests_pytorch/strategies/test_fsdp_xpu.py::test_strategy_sync_batchnorm": (
+    "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_sync_batchnorm": (
         "FSDP1's post-backward stream adds into _saved_grad_shard what its pre-unshard stream wrote, unordered; "
         "CUDA's TORCH_CUDA_SANITIZER=1 reports the same race (ci/cuda/fsdp1_writeback_race.py)"
     ),
