@@ -107,6 +107,70 @@ run("write_while_another_stream_reads", write_while_another_stream_reads)
     assert "writes memory that stream" in results["write_while_another_stream_reads"]
 
 
+def test_a_free_while_another_stream_uses_the_memory_needs_record_stream(run_emulated):
+    out = run_emulated(
+        RUN_STEPS
+        + """
+side = torch.xpu.Stream()
+
+def side_stream_reads(x):
+    side.wait_stream(torch.xpu.current_stream())
+    with torch.xpu.stream(side):
+        y = x * 2
+    keep.append(y)
+
+def free_without_record_stream():
+    x = torch.ones(1024, device="xpu")
+    side_stream_reads(x)
+    del x  # back to the default stream's pool while the side stream may still read it
+    torch.empty(1024, device="xpu")  # the default stream's next allocation may be that block
+
+def free_after_record_stream():
+    x = torch.ones(1024, device="xpu")
+    side_stream_reads(x)
+    x.record_stream(side)
+    del x
+    torch.empty(1024, device="xpu")
+
+def free_after_wait_stream():
+    x = torch.ones(1024, device="xpu")
+    side_stream_reads(x)
+    torch.xpu.current_stream().wait_stream(side)
+    del x
+    torch.empty(1024, device="xpu")
+
+def wait_after_free_before_reuse():
+    x = torch.ones(1024, device="xpu")
+    side_stream_reads(x)
+    del x
+    torch.xpu.current_stream().wait_stream(side)  # ordered before the next allocation: no race on hardware
+    torch.empty(1024, device="xpu")
+
+def free_after_host_sync():
+    x = torch.ones(1024, device="xpu")
+    side_stream_reads(x)
+    side.synchronize()
+    del x
+    torch.empty(1024, device="xpu")
+
+run("free_without_record_stream", free_without_record_stream)
+run("free_after_record_stream", free_after_record_stream)
+run("free_after_wait_stream", free_after_wait_stream)
+run("wait_after_free_before_reuse", wait_after_free_before_reuse)
+run("free_after_host_sync", free_after_host_sync)
+""",
+        env=SANITIZER,
+    )
+    results = _results(out)
+    without = results["free_without_record_stream"]
+    expected = "XPU stream sanitizer: a tensor allocated on the default stream of xpu:0 was freed while stream"
+    assert without.startswith(expected), without
+    assert "record_stream(other_stream)" in without
+    for name in ("free_after_record_stream", "free_after_wait_stream", "wait_after_free_before_reuse",
+                 "free_after_host_sync"):
+        assert results[name] == "ok", (name, results[name])
+
+
 def test_async_collective_buffers_need_work_wait(run_emulated, tmp_path):
     out = run_emulated(
         RUN_STEPS

@@ -108,6 +108,9 @@ void sanitizer_access(const at::Tensor& t, bool write, const char* op, const cha
 void sanitizer_access_at(const at::Tensor& t, bool write, c10::StreamId s, uint64_t seq, const char* op,
                          const char* arg);
 void sanitizer_freed(const void* ctx) noexcept;
+void sanitizer_allocating(c10::DeviceIndex d);
+void sanitizer_record_stream(const void* ctx, c10::StreamId s);
+void record_data_ptr_on_stream(const c10::DataPtr& dp, const c10::Stream& s);  // the allocator's recordStream
 void xccl_set_torch_release(int major, int minor);  // xccl.cpp
 
 std::string env(const char* name) {
@@ -473,7 +476,9 @@ struct EmuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     counters.synchronize++;
     complete_device(resolve(d));
   }
-  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& dp, const c10::Stream& s) const override {
+    record_data_ptr_on_stream(dp, s);
+  }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     auto* a = static_cast<EmuEvent*>(start);
     auto* b = static_cast<EmuEvent*>(end);
@@ -713,6 +718,7 @@ struct EmuAllocator final : public c10::DeviceAllocator {
     check_not_bad_fork();
     auto d = tl_device;
     check_index(d);
+    sanitizer_allocating(d);
     MBlock* model = book(d, n);
     void* p = nullptr;
     if (n > 0 && posix_memalign(&p, 64, n) != 0) {
@@ -730,6 +736,7 @@ struct EmuAllocator final : public c10::DeviceAllocator {
 
   // Takes over memory a CPU kernel allocated for an output (zero-copy), booking it on device d.
   c10::DataPtr adopt(c10::DataPtr cpu, size_t n, c10::DeviceIndex d) {
+    sanitizer_allocating(d);
     MBlock* model = book(d, n);
     void* p = cpu.get();
     auto* blk = new Block{d, model, nullptr, std::move(cpu)};
@@ -745,7 +752,9 @@ struct EmuAllocator final : public c10::DeviceAllocator {
     std::lock_guard<std::mutex> g(mu);
     for (int d = 0; d < config.num_devices; ++d) release_cached(static_cast<c10::DeviceIndex>(d));
   }
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  void recordStream(const c10::DataPtr& dp, c10::Stream s) override {
+    if (dp.get_deleter() == &EmuAllocator::deleter) sanitizer_record_stream(dp.get_context(), s.id());
+  }
   DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     check_index(d);
     std::lock_guard<std::mutex> g(mu);
@@ -1151,7 +1160,10 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, st, 0, {0}, {});
 }
 
-void record_stream(at::Tensor&, c10::Stream) {}  // memory is never reused while deferred work holds it
+// The caching allocator keeps the block from its stream's next allocations until s's work so far is done; here
+// memory is never reused while deferred work holds it, so only the stream sanitizer needs to know.
+void record_stream(at::Tensor& self, c10::Stream s) { allocator.recordStream(self.storage().data_ptr(), s); }
+void record_data_ptr_on_stream(const c10::DataPtr& dp, const c10::Stream& s) { allocator.recordStream(dp, s); }
 
 // A CPU result placed in new memory on `like`'s xpu device.
 at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
