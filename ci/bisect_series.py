@@ -8,6 +8,8 @@ patches to the base") and after each patch:
 2. runs the series' tests present in the prefix tree (the mocked tier, with ``tests/series/run.py --src`` so the tree
    is imported directly and no wheel is built per prefix); a prefix without tests gets an import smoke test instead,
    and a patch that changes nothing under ``src/`` or ``tests/`` (documentation pages) is applied but not tested again.
+   A patch that changes only test modules (and CHANGELOGs) runs those modules: the source and every other test file
+   are the previous prefix's, which passed them.
 
 It stops at the first patch that does not apply or breaks a test and names it (``--keep-going`` checks every prefix).
 ``--jobs N`` tests N prefixes at a time, each in a copy of its own tree (the patches still apply one after another).
@@ -27,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,7 @@ class PrefixResult:
     seconds: float = 0.0
     failed: list[str] = field(default_factory=list)
     retested: bool = True  # False: the patch changes nothing the tests see, so the prefix stands as the one before
+    own_tests_only: bool = False  # True: only the patch's test modules ran; the rest stands as the prefix before
 
     @property
     def ok(self) -> bool:
@@ -91,10 +94,23 @@ def series_test_files(tree: Path) -> list[str]:
     return files
 
 
-def run_tests(tree: Path, workers: int, pytest_args: list[str], junit: Path) -> tuple[int, list[Case], str]:
-    """Run the mocked tier of the series' tests in ``tree``; return pytest's exit code, the cases and its output."""
+def own_test_modules(tree: Path, patch: Patch) -> list[str]:
+    """The test modules ``patch`` leaves in ``tree`` (relative to ``tree/tests``) when it changes nothing else the
+    tests see (source, conftests, helpers; CHANGELOGs aside), else ``[]``."""
+    seen = [f for f in patch.files if f.startswith(_SEEN_BY_TESTS) and Path(f).name != "CHANGELOG.md"]
+    if not seen or not all(f.startswith("tests/") and Path(f).name.startswith("test_") and f.endswith(".py")
+                           for f in seen):
+        return []
+    return sorted(f[len("tests/"):] for f in seen if (tree / f).is_file())
+
+
+def run_tests(tree: Path, workers: int, pytest_args: list[str], junit: Path,
+              files: Sequence[str] = ()) -> tuple[int, list[Case], str]:
+    """Run the mocked tier of the series' tests in ``tree`` (only ``files``, relative to ``tree/tests``, where given);
+    return pytest's exit code, the cases and its output."""
     args = ["-q", "-p", "no:randomly", f"--junitxml={junit}", *(["-n", str(workers)] if workers else []),
-            *(["--timeout", str(TEST_TIMEOUT)] if importlib.util.find_spec("pytest_timeout") else []), *pytest_args]
+            *(["--timeout", str(TEST_TIMEOUT)] if importlib.util.find_spec("pytest_timeout") else []), *pytest_args,
+            *files]
     env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
     proc = subprocess.run(
         [sys.executable, str(RUNNER), "--tree", str(tree), "--src", "--", *args],
@@ -156,7 +172,9 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
         result.retested = False
         result.seconds = time.monotonic() - start
         return result
-    files = touched_test_files(tree, series, index) if upstream else series_test_files(tree)
+    own = [] if upstream else own_test_modules(tree, patch)
+    files = touched_test_files(tree, series, index) if upstream else own or series_test_files(tree)
+    result.own_tests_only = bool(own)
     if error := compile_touched(tree, patch):
         result.status, result.detail = "compile", error
     elif files:
@@ -164,8 +182,8 @@ def check_prefix(index: int, patch: Patch, series: Series, tree: Path, workers: 
         if upstream:
             code, cases, output = run_upstream_tests(tree, files, workers, pytest_args, junit)
         else:
-            code, cases, output = run_tests(tree, workers, pytest_args, junit)
-        result.tests = summary(cases)
+            code, cases, output = run_tests(tree, workers, pytest_args, junit, own)
+        result.tests = summary(cases) + (" in its own test modules; the rest as the prefix before" if own else "")
         broken = [c for c in cases if c.outcome in ("failed", "error")]
         result.failed = [f"{c.id}: {c.message}" if c.message else c.id for c in broken]
         if code != 0:
@@ -286,7 +304,8 @@ def _bisect(series: Series, source: Path, ns: argparse.Namespace, upstream: bool
             checks = (check_prefix(index, patch, series, tree, ns.workers, ns.pytest_args, scratch, upstream)
                       for index, patch in enumerate(series.patches, 1))
         for result in checks:
-            if not result.retested and results and not results[-1].ok:  # --keep-going: the earlier break persists
+            # --keep-going: the earlier break persists where the prefix did not run the tests that broke
+            if (not result.retested or (result.own_tests_only and result.ok)) and results and not results[-1].ok:
                 result.status, result.detail = results[-1].status, f"as prefix {results[-1].index}"
             results.append(result)
             print(report_line(result, total), flush=True)

@@ -139,3 +139,27 @@ def test_names_a_patch_without_tests_that_breaks_the_package(tmp_path, source):
     stage = "compile" if "def broken" in source else "import"
     assert f"[2/2] BROKEN ({stage})" in proc.stdout
     assert "FIRST BROKEN PATCH: 2/2 0002-fabric-add-helper.patch" in proc.stdout
+
+
+ADD_MUL_TESTS = {
+    "tests/tests_fabric/test_calc_more.py": "from lightning.fabric.calc import mul\n\n\ndef test_mul_by_zero():\n"
+    "    assert mul(2, 0) == 0\n",
+    "src/lightning/fabric/CHANGELOG.md": "- tests for mul\n",
+}
+
+
+def test_a_patch_of_test_modules_runs_only_them(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: test mul by zero", ADD_MUL_TESTS)])
+    proc = _bisect(base, series, "--workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    second = proc.stdout.split("[2/2]")[1]
+    assert "1 passed in its own test modules; the rest as the prefix before" in second
+
+
+def test_a_patch_of_test_modules_after_a_break_keeps_the_break(tmp_path):
+    base, series = _series(tmp_path, [("fabric: add mul", ADD_MUL), ("fabric: rewrite add", BREAK_ADD),
+                                      ("fabric: test mul by zero", ADD_MUL_TESTS)])
+    proc = _bisect(base, series, "--workers", "0", "--keep-going")
+    assert proc.returncode == 1
+    assert "FIRST BROKEN PATCH: 2/3 0002-fabric-rewrite-add.patch" in proc.stdout
+    assert "[3/3] BROKEN (tests)" in proc.stdout  # its own test passes, but test_add still fails in its tree
