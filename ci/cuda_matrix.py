@@ -11,10 +11,14 @@ A twin is a test id as the series' tests are laid out (``tests_fabric/...py::nam
 The tier is where the twin runs: ``mocked`` (no XPU needed), ``emulated`` (``RunIf(min_xpu_gpus=N)``), ``standalone``
 (``RunIf(min_xpu_gpus=N, standalone=True)``, one process each) or ``real-hardware`` (an XPU test that only Intel
 GPUs can run). ``tests/tooling/test_cuda_matrix.py`` checks the map against the list, the reasons against REASONS,
-and that every named twin is collected from the patched tree with the tier it claims.
+and that every named twin is collected from the patched tree with the tier it claims. After a tier has run, its JUnit
+files show whether each twin that claims the tier passed there: ``--outcomes`` fails where one only skipped or did
+not run (the tox environments of the mocked, emulated and standalone tiers call it).
 
     python ci/cuda_matrix.py --table                  print the README's count tables
     python ci/cuda_matrix.py --scan CHECKOUT [REF...] list the CUDA-marked tests of an upstream git checkout
+    python ci/cuda_matrix.py --outcomes TIER JUNIT... the twins of TIER that did not pass in these JUnit files
+                                                      (a directory stands for the *.xml files in it)
 """
 
 from __future__ import annotations
@@ -23,11 +27,14 @@ import argparse
 import ast
 import subprocess
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from ci.junit import Case, read_cases  # noqa: E402
+
 MAP = HERE / "cuda_matrix.tsv"
 UPSTREAM = HERE / "upstream_cuda_tests.txt"
 
@@ -196,6 +203,45 @@ def problems(rows: list[Row], upstream: list[str], collected: dict[str, list[str
     return out
 
 
+def _dotted(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def junit_id(test_id: str) -> str:
+    """A twin's ``file.py::[Class::]name[params]`` as pytest's JUnit names it: ``dotted.file[.Class]::name[params]``."""
+    path, _, rest = test_id.partition("::")
+    *classes, name = rest.split("::")
+    return ".".join([_dotted(path), *classes]) + "::" + name
+
+
+def unproven_twins(rows: list[Row], tier: str, cases: list[Case]) -> list[str]:
+    """The twins that claim ``tier`` and did not pass in its run (``cases``): every case skipped, or none ran while
+    other tests of its file did (a file the run left out entirely, as ``tox -e ... -- FILE`` does, is not checked)."""
+    by_function: dict[str, list[Case]] = defaultdict(list)
+    for case in cases:
+        by_function[case.id.split("[", 1)[0]].append(case)
+    # a case's JUnit class name is its module's dotted path, followed by its class where it has one
+    classnames = {function.split("::", 1)[0] for function in by_function}
+    modules_run = classnames | {name.rsplit(".", 1)[0] for name in classnames}
+    out = []
+    for row in rows:
+        for twin in (t for t in row.twins if t.tier == tier):
+            wanted = junit_id(twin.test_id)
+            ran = [c for c in by_function[wanted.split("[", 1)[0]] if "[" not in wanted or c.id == wanted]
+            if not ran and _dotted(twin.test_id.split("::", 1)[0]) in modules_run:
+                out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} claims tier {tier} and did not run there")
+            elif ran and all(c.outcome == "skipped" for c in ran):
+                out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} claims tier {tier} and skipped there: "
+                           f"{ran[0].message}")
+    return out
+
+
+def read_junit(paths: list[Path]) -> list[Case]:
+    """The cases of the JUnit files (a directory: the ``*.xml`` files in it)."""
+    files = [f for p in paths for f in (sorted(p.glob("*.xml")) if p.is_dir() else [p])]
+    return [case for f in files for case in read_cases(f)]
+
+
 def scan_checkout(checkout: Path, ref: str) -> list[str]:
     """The test functions of ``ref`` whose decorators call ``RunIf(min_cuda_gpus=...)``, as ``tests/...::name``."""
     git = ["git", "-C", str(checkout)]
@@ -226,8 +272,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--table", action="store_true", help="print the README's count tables")
     parser.add_argument("--scan", type=Path, metavar="CHECKOUT", help="list the CUDA tests of an upstream checkout")
-    parser.add_argument("refs", nargs="*", default=["2.6.5", "master"], help="refs to scan (default: 2.6.5 master)")
+    parser.add_argument("--outcomes", choices=TIERS[:3], metavar="TIER",
+                        help="check that TIER's twins passed in the JUnit files given as the arguments")
+    parser.add_argument("refs", nargs="*", default=["2.6.5", "master"],
+                        help="refs to scan (default: 2.6.5 master), or with --outcomes the JUnit files")
     ns = parser.parse_args(argv)
+    if ns.outcomes:
+        cases = read_junit([Path(p) for p in ns.refs])
+        if not cases:
+            print(f"cuda matrix: no test cases in {' '.join(ns.refs)}: the {ns.outcomes} tier did not report")
+            return 1
+        found = unproven_twins(read_map(), ns.outcomes, cases)
+        twins = sum(t.tier == ns.outcomes for r in read_map() for t in r.twins)
+        print("\n".join(found) or f"cuda matrix: all {twins} twins of the {ns.outcomes} tier passed there "
+                                   f"({len(cases)} cases read)")
+        return 1 if found else 0
     if ns.scan:
         print("\n".join(sorted({t for ref in ns.refs for t in scan_checkout(ns.scan, ref)})))
         return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ci import cuda_matrix
+from ci.junit import Case
 from lightning_xpu.base import Base
 from lightning_xpu.series import load_series
 from lightning_xpu.workspace import create_workspace
@@ -81,3 +82,44 @@ def test_upstream_list_matches_the_checkout() -> None:
     checkout = Path(os.environ["LIGHTNING_UPSTREAM_CHECKOUT"])
     found = {t for ref in ("2.6.5", "master") for t in cuda_matrix.scan_checkout(checkout, ref)}
     assert found == set(cuda_matrix.read_upstream())
+
+
+def _row(tier: str, twin: str) -> cuda_matrix.Row:
+    return cuda_matrix.Row("tests/" + twin.split("::")[0], twins=(cuda_matrix.Twin(tier, twin),))
+
+
+def test_outcomes_name_a_twin_that_skipped_or_did_not_run_in_its_tier() -> None:
+    rows = [
+        _row("emulated", "tests_fabric/x/test_a.py::test_a"),
+        _row("emulated", "tests_fabric/test_b.py::T::test_b[1]"),
+        _row("emulated", "tests_fabric/test_c.py::test_c"),
+        _row("standalone", "tests_fabric/test_d.py::test_d"),
+    ]
+    cases = [
+        Case("tests_fabric.x.test_a::test_a[bf16]", "skipped", "needs an XPU"),
+        Case("tests_fabric.x.test_a::test_a[32]", "passed"),
+        Case("tests_fabric.test_b.T::test_b[1]", "skipped", "needs an XPU without fp64"),
+        Case("tests_fabric.test_b.T::test_b[2]", "passed"),
+        Case("tests_fabric.test_c::test_c_helper", "passed"),  # its file ran, test_c did not
+    ]
+    found = cuda_matrix.unproven_twins(rows, "emulated", cases)
+    assert len(found) == 2
+    assert "test_b.py::T::test_b[1] claims tier emulated and skipped there: needs an XPU without fp64" in found[0]
+    assert "tests_fabric/test_c.py::test_c claims tier emulated and did not run there" in found[1]
+    passing = [Case("tests_fabric.test_b.T::test_b[1]", "passed"), Case("tests_fabric.test_c::test_c", "passed")]
+    assert cuda_matrix.unproven_twins(rows, "emulated", [*cases, *passing]) == []
+    assert cuda_matrix.unproven_twins(rows, "emulated", cases[:4]) == found[:1]  # a run that left test_c.py out
+
+
+def test_the_outcomes_check_reads_junit_files_and_directories(tmp_path: Path) -> None:
+    junit = tmp_path / "tier"
+    junit.mkdir()
+    (junit / "rank0.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests_fabric.test_c" name="test_c"><skipped message="no XPU"/>'
+        "</testcase></testsuite></testsuites>"
+    )
+    cases = cuda_matrix.read_junit([junit])
+    assert cases == [Case("tests_fabric.test_c::test_c", "skipped", "no XPU")]
+    proc = subprocess.run([sys.executable, str(REPO / "ci" / "cuda_matrix.py"), "--outcomes", "emulated",
+                           str(tmp_path / "missing.xml")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "the emulated tier did not report" in proc.stdout
