@@ -201,7 +201,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     series, base = _series(args)
     _release_only(base, "build")
-    wheels = build(series, base, args.dist)
+    wheels = build(series, base, args.dist, reuse=not args.rebuild)
     for wheel in wheels:
         print(wheel)
     if args.install:
@@ -313,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--install", action="store_true",
                    help="install the wheels into this environment (keeps the installed torch)")
     p.add_argument("--dist", type=Path, default=Path("dist"), metavar="DIR", help="output directory (default: dist)")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build even where $LIGHTNING_XPU_CACHE/wheels holds wheels of the same series, base and shim")
     p.add_argument("--series", type=Path, metavar="DIR", help=series_help)
     p.set_defaults(func=cmd_build)
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lightning_xpu.apply import apply_to_tree
-from lightning_xpu.base import LIGHTNING, Base, base_trees
+from lightning_xpu.base import LIGHTNING, Base, base_trees, cache_dir
 from lightning_xpu.errors import ToolError
 from lightning_xpu.mirror import mirror_into_standalone
 from lightning_xpu.series import Series
+from lightning_xpu.wheel_cache import build_key, cached_wheels, store_wheels
 
 # The wheel file name prefix of each distribution.
 WHEEL_PREFIX = {
@@ -93,19 +94,32 @@ def _check_build_requirements() -> None:
             ) from None
 
 
-def build(series: Series, base: Base, dist: Path, cache: Path | None = None) -> list[Path]:
-    """Build the three patched wheels into ``dist`` and return their paths (lightning first)."""
+def build(series: Series, base: Base, dist: Path, cache: Path | None = None, reuse: bool = True) -> list[Path]:
+    """Build the three patched wheels into ``dist`` and return their paths (lightning first).
+
+    With ``reuse``, wheels built earlier from the same series, base and shim (``wheel_cache``) are copied instead.
+    """
     _check_build_requirements()
     dist = Path(dist).resolve()
+    cache = cache or cache_dir()
+    names = [sd.name for sd in base.sdists]
+    version = patched_version(base, series)
+    key = build_key(series, base)
+    stored = cached_wheels(cache, key, [f"{WHEEL_PREFIX[name]}-{version}-" for name in names]) if reuse else None
+    if stored is not None:
+        print(f"Reusing the wheels built from this series and base ({stored[0].parent}; --rebuild builds them "
+              "again).", file=sys.stderr)
+        dist.mkdir(parents=True, exist_ok=True)
+        return [Path(shutil.copy2(wheel, dist / wheel.name)) for wheel in stored]
     with tempfile.TemporaryDirectory(prefix="lightning-xpu-build-") as tmp:
         prepared = prepare_trees(series, base, Path(tmp), cache)
-        names = [sd.name for sd in base.sdists]
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             wheels = list(pool.map(lambda n: build_wheel(prepared.trees[n], dist), names))
     for wheel, name in zip(wheels, names, strict=True):
         expected = f"{WHEEL_PREFIX[name]}-{prepared.version}-"
         if not wheel.name.startswith(expected):
             raise ToolError(f"the {name} build produced {wheel.name}, expected a wheel named {expected}*")
+    store_wheels(cache, key, wheels)
     return wheels
 
 

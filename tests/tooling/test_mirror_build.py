@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import lightning_xpu.wheels as wheels_module
 from lightning_xpu.base import Base
 from lightning_xpu.mirror import mirror_packages, relative_files
+from lightning_xpu.series import Series, load_series
 from lightning_xpu.wheels import build
 
 from .conftest import make_venv
@@ -44,9 +46,32 @@ def test_mirroring_leaves_the_lightning_tree_alone(trees: dict[str, Path], tmp_p
 
 @pytest.fixture(scope="module")
 def wheels(fake_series_dir: Path, base: Base, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    from lightning_xpu.series import load_series
+    return build(load_series(fake_series_dir), base, tmp_path_factory.mktemp("dist"), reuse=False)
 
-    return build(load_series(fake_series_dir), base, tmp_path_factory.mktemp("dist"))
+
+def _members(wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+@pytest.mark.slow
+def test_an_unchanged_series_reuses_its_wheels_and_a_changed_one_is_built(
+    wheels: list[Path], fake_series: Series, base: Base, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def build_wheel(tree: Path, dist: Path) -> Path:
+        raise AssertionError(f"built {tree.name} again")
+
+    monkeypatch.setattr(wheels_module, "build_wheel", build_wheel)
+    again = build(fake_series, base, tmp_path / "again")
+    assert [w.name for w in again] == [w.name for w in wheels]
+    assert [_members(w) for w in again] == [_members(w) for w in wheels]  # zip timestamps aside
+    assert all(w.parent == tmp_path / "again" for w in again)
+    with pytest.raises(AssertionError, match="built lightning-2.6.6-"):
+        build(fake_series, base, tmp_path / "forced", reuse=False)
+    first = fake_series.patches[0].path
+    first.write_text(first.read_text().replace("Subject: ", "Subject: [edited] ", 1))
+    with pytest.raises(AssertionError, match="built lightning-2.6.6-"):
+        build(load_series(first.parent), base, tmp_path / "edited")
 
 
 @pytest.mark.slow
