@@ -103,9 +103,9 @@ def build(series: Series, base: Base, dist: Path, cache: Path | None = None, reu
     dist = Path(dist).resolve()
     cache = cache or cache_dir()
     names = [sd.name for sd in base.sdists]
-    version = patched_version(base, series)
+    prefixes = [f"{WHEEL_PREFIX[name]}-{patched_version(base, series)}-" for name in names]
     key = build_key(series, base)
-    stored = cached_wheels(cache, key, [f"{WHEEL_PREFIX[name]}-{version}-" for name in names]) if reuse else None
+    stored = cached_wheels(cache, key, prefixes) if reuse else None
     if stored is not None:
         print(f"Reusing the wheels built from this series and base ({stored[0].parent}; --rebuild builds them "
               "again).", file=sys.stderr)
@@ -115,8 +115,7 @@ def build(series: Series, base: Base, dist: Path, cache: Path | None = None, reu
         prepared = prepare_trees(series, base, Path(tmp), cache)
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             wheels = list(pool.map(lambda n: build_wheel(prepared.trees[n], dist), names))
-    for wheel, name in zip(wheels, names, strict=True):
-        expected = f"{WHEEL_PREFIX[name]}-{prepared.version}-"
+    for wheel, name, expected in zip(wheels, names, prefixes, strict=True):
         if not wheel.name.startswith(expected):
             raise ToolError(f"the {name} build produced {wheel.name}, expected a wheel named {expected}*")
     store_wheels(cache, key, wheels)
