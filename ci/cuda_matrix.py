@@ -3,11 +3,16 @@
 Upstream Lightning marks a few hundred tests as CUDA tests. ``ci/upstream_cuda_tests.txt`` lists them (one test
 function per line, from the base's release tag and from master); ``ci/cuda_matrix.tsv`` gives each of them one row::
 
-    UPSTREAM_TEST <TAB> TIER:TWIN [TIER:TWIN ...]     the XPU twin(s) in the series' tests and their tier
+    UPSTREAM_TEST <TAB> TIER:TWIN [TIER:TWIN ...] <TAB> FORM <TAB> CASES [<TAB> MISSING]
+                                                      the XPU twin(s) in the series' tests and their tier
     UPSTREAM_TEST <TAB> n/a:REASON                    it does not apply to XPU, for one of REASONS below
     UPSTREAM_TEST <TAB> todo                          it applies, but the series has no twin yet
 
 A twin is a test id as the series' tests are laid out (``tests_fabric/...py::name``, optionally with ``[params]``).
+FORM is how the master variant adds the twin to upstream's tests: ``parametrised`` (an XPU case of upstream's own
+test) or ``copied`` (a test of its own). CASES is the number of cases the twins have (as collected from the patched
+tree); where it is below the number of cases upstream runs on CUDA (``ci/upstream_cuda_tests.txt``'s second column),
+MISSING names the cases the twins lack and why.
 The tier is where the twin runs: ``mocked`` (no XPU needed), ``emulated`` (``RunIf(min_xpu_gpus=N)``), ``standalone``
 (``RunIf(min_xpu_gpus=N, standalone=True)``, one process each) or ``real-hardware`` (an XPU test that only Intel
 GPUs can run). ``tests/tooling/test_cuda_matrix.py`` checks the map against the list, the reasons against REASONS,
@@ -28,6 +33,7 @@ import ast
 import subprocess
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +45,7 @@ MAP = HERE / "cuda_matrix.tsv"
 UPSTREAM = HERE / "upstream_cuda_tests.txt"
 
 TIERS = ("mocked", "emulated", "standalone", "real-hardware")
+FORMS = ("parametrised", "copied")
 REASONS = {
     "deepspeed": "DeepSpeed has no XPU support in Lightning; the series rejects `strategy='deepspeed'` with an XPU at "
     "construction (tested by the connector tests of the patch `fabric, pytorch: reject CUDA-only strategies and "
@@ -83,6 +90,9 @@ class Row:
     twins: tuple[Twin, ...] = ()
     reason: str | None = None
     line: int = 0
+    form: str | None = None
+    cases: int = 0
+    missing: str | None = None
 
     @property
     def status(self) -> str:
@@ -93,8 +103,14 @@ class MatrixError(ValueError):
     """The map file is malformed."""
 
 
-def read_upstream(path: Path = UPSTREAM) -> list[str]:
-    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+def read_upstream(path: Path = UPSTREAM) -> dict[str, int]:
+    """Each upstream CUDA test and the number of its cases upstream runs on CUDA."""
+    tests = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, cases = line.split("\t")
+            tests[name.strip()] = int(cases)
+    return tests
 
 
 def read_map(path: Path = MAP) -> list[Row]:
@@ -103,9 +119,14 @@ def read_map(path: Path = MAP) -> list[Row]:
         if not line.strip() or line.startswith("#"):
             continue
         fields = line.split("\t")
-        if len(fields) != 2:
-            raise MatrixError(f"{path.name}:{number}: expected two tab-separated fields, got {len(fields)}")
+        if len(fields) < 2:
+            raise MatrixError(f"{path.name}:{number}: expected tab-separated fields, got {len(fields)}")
         upstream, verdict = fields[0].strip(), fields[1].split()
+        if verdict == ["todo"] or verdict[0].startswith("n/a:"):
+            if len(fields) != 2:
+                raise MatrixError(f"{path.name}:{number}: a row without twins has two fields, got {len(fields)}")
+        elif len(fields) not in (4, 5) or not fields[3].strip().isdigit():
+            raise MatrixError(f"{path.name}:{number}: a row with twins is UPSTREAM, TWINS, FORM, CASES [, MISSING]")
         if verdict == ["todo"]:
             rows.append(Row(upstream, line=number))
         elif len(verdict) == 1 and verdict[0].startswith("n/a:"):
@@ -117,7 +138,9 @@ def read_map(path: Path = MAP) -> list[Row]:
                 if not sep or "::" not in test_id:
                     raise MatrixError(f"{path.name}:{number}: {item!r} is not TIER:FILE::TEST, n/a:REASON or todo")
                 twins.append(Twin(tier, test_id))
-            rows.append(Row(upstream, twins=tuple(twins), line=number))
+            missing = fields[4].strip() if len(fields) == 5 else None
+            rows.append(Row(upstream, twins=tuple(twins), line=number, form=fields[2].strip(),
+                            cases=int(fields[3]), missing=missing or None))
     return rows
 
 
@@ -142,6 +165,8 @@ def counts_table(rows: list[Row]) -> str:
     with_twin = sum(1 for r in rows if r.twins)
     reasons = Counter(r.reason for r in rows if r.reason)
     todo = sum(1 for r in rows if r.status == "todo")
+    forms = Counter(r.form for r in rows if r.twins)
+    fewer = sum(1 for r in rows if r.missing)
     lines = [
         f"{len(rows)} upstream CUDA tests: {with_twin} with XPU twins, {sum(reasons.values())} not applicable, "
         f"{todo} applicable without a twin yet.",
@@ -153,6 +178,13 @@ def counts_table(rows: list[Row]) -> str:
         "| not applicable, reason | count |",
         "|---|---|",
         *(f"| `{reason}` | {reasons[reason]} |" for reason in REASONS if reasons[reason]),
+        "",
+        "| rows with twins, by form in the master variant | count |",
+        "|---|---|",
+        *(f"| {form} | {forms[form]} |" for form in FORMS),
+        "",
+        f"{fewer} of the {with_twin} rows with twins have fewer cases than upstream runs on CUDA (their MISSING field "
+        "says which and why).",
         "",
         "| upstream area | CUDA tests | with twins | not applicable | no twin yet |",
         "|---|---|---|---|---|",
@@ -175,23 +207,25 @@ def tier_of(markers: list[dict]) -> str:
     return "mocked"
 
 
-def problems(rows: list[Row], upstream: list[str], collected: dict[str, list[str]] | None) -> list[str]:
-    """Everything wrong with the map; ``collected`` maps collected node ids to their tiers (None: skip that part)."""
+def problems(rows: list[Row], upstream: dict[str, int], collected: dict[str, list[str]] | None) -> list[str]:
+    """Everything wrong with the map; ``upstream`` maps each upstream CUDA test to its CUDA case count, ``collected``
+    maps collected node ids to their tiers (None: skip the checks against the patched tree)."""
     out = []
     seen = Counter(r.upstream for r in rows)
     out += [f"{u}: more than one row" for u, n in seen.items() if n > 1]
     out += [f"{u}: no row in {MAP.name}" for u in upstream if u not in seen]
-    out += [f"{u}: row for a test that is not in {UPSTREAM.name}" for u in seen if u not in set(upstream)]
+    out += [f"{u}: row for a test that is not in {UPSTREAM.name}" for u in seen if u not in upstream]
     for row in rows:
         if row.reason is not None and row.reason not in REASONS:
             out.append(f"{MAP.name}:{row.line}: unknown reason {row.reason!r} (known: {', '.join(REASONS)})")
+        if row.twins:
+            out += _case_problems(row, upstream.get(row.upstream, 0))
         for twin in row.twins:
             if twin.tier not in TIERS:
                 out.append(f"{MAP.name}:{row.line}: unknown tier {twin.tier!r} (known: {', '.join(TIERS)})")
             if collected is None:
                 continue
-            exact = "[" in twin.test_id
-            items = [n for n in collected if (n == twin.test_id if exact else n.split("[", 1)[0] == twin.test_id)]
+            items = twin_cases(twin, collected)
             if not items:
                 out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} is not collected from the patched tree")
                 continue
@@ -200,6 +234,28 @@ def problems(rows: list[Row], upstream: list[str], collected: dict[str, list[str
             if not any(tier in collected[n] for n in items for tier in wanted):
                 tiers = sorted({t for n in items for t in collected[n]})
                 out.append(f"{MAP.name}:{row.line}: twin {twin.test_id} claims tier {twin.tier}, collected as {tiers}")
+        if collected is not None and row.twins:
+            found = sum(len(twin_cases(twin, collected)) for twin in row.twins)
+            if found and found != row.cases:
+                out.append(f"{MAP.name}:{row.line}: the row records {row.cases} cases, the patched tree has {found}")
+    return out
+
+
+def twin_cases(twin: Twin, collected: dict[str, list[str]]) -> list[str]:
+    """The collected node ids of a twin: the one named, or every parametrisation of the function named."""
+    if "[" in twin.test_id:
+        return [n for n in collected if n == twin.test_id]
+    return [n for n in collected if n.split("[", 1)[0] == twin.test_id]
+
+
+def _case_problems(row: Row, upstream_cases: int) -> list[str]:
+    where = f"{MAP.name}:{row.line}"
+    out = [] if row.form in FORMS else [f"{where}: unknown form {row.form!r} (known: {', '.join(FORMS)})"]
+    if row.cases < upstream_cases and not row.missing:
+        out.append(f"{where}: the twins have {row.cases} cases, upstream runs {upstream_cases} on CUDA: "
+                   "add the missing ones, or name them and why in a fifth field")
+    if row.cases >= upstream_cases and row.missing:
+        out.append(f"{where}: the twins have all {upstream_cases} cases upstream runs on CUDA; drop the MISSING field")
     return out
 
 
@@ -242,21 +298,81 @@ def read_junit(paths: list[Path]) -> list[Case]:
     return [case for f in files for case in read_cases(f)]
 
 
-def scan_checkout(checkout: Path, ref: str) -> list[str]:
-    """The test functions of ``ref`` whose decorators call ``RunIf(min_cuda_gpus=...)``, as ``tests/...::name``."""
+def scan_checkout(checkout: Path, ref: str) -> dict[str, int]:
+    """The test functions of ``ref`` whose decorators call ``RunIf(min_cuda_gpus=...)``, as ``tests/...::name``, each
+    with the number of its cases upstream runs on CUDA (``cuda_case_count``)."""
     git = ["git", "-C", str(checkout)]
     names = subprocess.run([*git, "ls-tree", "-r", "--name-only", ref, "tests"], check=True, capture_output=True,
                            text=True).stdout.split()
-    found = []
+    found = {}
     for name in names:
         if not (name.endswith(".py") and Path(name).name.startswith("test")):
             continue
         source = subprocess.run([*git, "show", f"{ref}:{name}"], check=True, capture_output=True, text=True).stdout
-        for node in ast.walk(ast.parse(source)):
+        module = ast.parse(source)
+        for node in ast.walk(module):
             is_test = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
             if is_test and any(_marks_cuda(d) for d in node.decorator_list):
-                found.append(f"{name}::{node.name}")
-    return sorted(set(found))
+                found[f"{name}::{node.name}"] = cuda_case_count(node, module)
+    return found
+
+
+def cuda_case_count(test: ast.FunctionDef | ast.AsyncFunctionDef, module: ast.Module) -> int:
+    """How many of a test's parametrised cases run on a CUDA machine, read from its decorators.
+
+    Where the function carries the CUDA mark, every case of its ``parametrize`` lists counts except a ``pytest.param``
+    skipped unconditionally (``marks=pytest.mark.skip(...)``) or marked for another device (``RunIf(mps=True)``);
+    where only some ``pytest.param`` values carry it, those count, times the cases of the other lists.
+    """
+    marked_function = any(_marks_cuda(d) and not _is_parametrize(d) for d in test.decorator_list)
+    count = 1
+    for decorator in (d for d in test.decorator_list if _is_parametrize(d)):
+        argvalues = decorator.args[1] if len(decorator.args) > 1 else _keyword(decorator, "argvalues")
+        values = _literal_values(argvalues, module) if argvalues is not None else None
+        if values is None:
+            raise MatrixError(f"{test.name}: parametrize values that are not a literal list; count its cases by hand")
+        runs = [v for v in values if not _param_marks(v, _is_unconditional_skip)]
+        on_cuda = [v for v in runs if not _param_marks(v, _marks_other_device)]
+        marked = [v for v in runs if _param_marks(v, _marks_cuda)]
+        count *= len(on_cuda) if marked_function or not marked else len(marked)
+    return count
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((kw.value for kw in call.keywords if kw.arg == name), None)
+
+
+def _is_parametrize(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "parametrize"
+
+
+def _literal_values(node: ast.expr, module: ast.Module) -> list[ast.expr] | None:
+    """The elements of a ``parametrize`` value list: a literal, or a module-level name bound to one."""
+    if isinstance(node, ast.List | ast.Tuple):
+        return None if any(isinstance(e, ast.Starred) for e in node.elts) else list(node.elts)
+    if isinstance(node, ast.Name):
+        for statement in module.body:
+            if isinstance(statement, ast.Assign) and any(getattr(t, "id", None) == node.id for t in statement.targets):
+                return _literal_values(statement.value, module)
+    return None
+
+
+def _param_marks(value: ast.expr, test: Callable[[ast.expr], bool]) -> bool:
+    """Whether ``value`` is a ``pytest.param(..., marks=...)`` whose marks satisfy ``test``."""
+    is_param = isinstance(value, ast.Call) and getattr(value.func, "attr", None) == "param"
+    return is_param and any(kw.arg == "marks" and test(kw.value) for kw in value.keywords)
+
+
+def _is_unconditional_skip(marks: ast.expr) -> bool:
+    return any(isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "skip" for node in ast.walk(marks))
+
+
+def _marks_other_device(marks: ast.expr) -> bool:
+    return any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RunIf"
+        and any(kw.arg in ("mps", "tpu") for kw in node.keywords)
+        for node in ast.walk(marks)
+    )
 
 
 def _marks_cuda(decorator: ast.expr) -> bool:
@@ -287,7 +403,12 @@ def main(argv: list[str] | None = None) -> int:
                                    f"{len(cases)} cases")
         return 1 if found else 0
     if ns.scan:
-        print("\n".join(sorted({t for ref in ns.refs for t in scan_checkout(ns.scan, ref)})))
+        # a test on both refs keeps the larger count: a twin must cover the cases of either
+        cases: dict[str, int] = {}
+        for ref in ns.refs:
+            for test, count in scan_checkout(ns.scan, ref).items():
+                cases[test] = max(count, cases.get(test, 0))
+        print("\n".join(f"{test}\t{cases[test]}" for test in sorted(cases)))
         return 0
     rows = read_map()
     if ns.table:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -70,8 +71,10 @@ def test_the_check_catches_a_missing_row_a_bad_reason_and_a_twin_that_does_not_e
 
 def test_the_check_catches_a_twin_in_the_wrong_tier(collected: dict[str, list[str]]) -> None:
     mocked = next(n for n, tiers in collected.items() if tiers == ["mocked"])
-    row = cuda_matrix.Row("tests/x.py::test_x", twins=(cuda_matrix.Twin("standalone", mocked),))
-    assert cuda_matrix.problems([row], ["tests/x.py::test_x"], collected) == [
+    twin = cuda_matrix.Twin("standalone", mocked)
+    row = cuda_matrix.Row("tests/x.py::test_x", twins=(twin,), form="copied",
+                          cases=len(cuda_matrix.twin_cases(twin, collected)))
+    assert cuda_matrix.problems([row], {"tests/x.py::test_x": 1}, collected) == [
         f"{cuda_matrix.MAP.name}:0: twin {mocked} claims tier standalone, collected as ['mocked']"
     ]
 
@@ -80,8 +83,96 @@ def test_the_check_catches_a_twin_in_the_wrong_tier(collected: dict[str, list[st
                     "(an upstream git checkout); this CI cannot reach GitHub")
 def test_upstream_list_matches_the_checkout() -> None:
     checkout = Path(os.environ["LIGHTNING_UPSTREAM_CHECKOUT"])
-    found = {t for ref in ("2.6.5", "master") for t in cuda_matrix.scan_checkout(checkout, ref)}
-    assert found == set(cuda_matrix.read_upstream())
+    found: dict[str, int] = {}
+    for ref in ("2.6.5", "master"):
+        for test, cases in cuda_matrix.scan_checkout(checkout, ref).items():
+            found[test] = max(cases, found.get(test, 0))
+    assert found == cuda_matrix.read_upstream()
+
+
+def _twin_row(cases: int, missing: str | None = None, form: str = "copied") -> cuda_matrix.Row:
+    twin = cuda_matrix.Twin("emulated", "tests_fabric/test_a.py::test_a")
+    return cuda_matrix.Row("tests/tests_fabric/test_a.py::test_a", twins=(twin,), line=7, form=form, cases=cases,
+                           missing=missing)
+
+
+def test_the_check_wants_every_case_upstream_runs_on_cuda_or_a_note_naming_the_missing_ones() -> None:
+    upstream = {"tests/tests_fabric/test_a.py::test_a": 3}
+    collected = {f"tests_fabric/test_a.py::test_a[{p}]": ["emulated"] for p in ("32-true", "bf16-mixed")}
+    assert cuda_matrix.problems([_twin_row(2, "16-mixed: not twinned yet")], upstream, collected) == []
+    assert cuda_matrix.problems([_twin_row(2)], upstream, collected) == [
+        "cuda_matrix.tsv:7: the twins have 2 cases, upstream runs 3 on CUDA: add the missing ones, or name them and "
+        "why in a fifth field"
+    ]
+    three = {**collected, "tests_fabric/test_a.py::test_a[16-mixed]": ["emulated"]}
+    assert cuda_matrix.problems([_twin_row(3, "16-mixed: not twinned yet")], upstream, three) == [
+        "cuda_matrix.tsv:7: the twins have all 3 cases upstream runs on CUDA; drop the MISSING field"
+    ]
+    assert cuda_matrix.problems([_twin_row(3)], upstream, collected) == [
+        "cuda_matrix.tsv:7: the row records 3 cases, the patched tree has 2"
+    ]
+    assert cuda_matrix.problems([_twin_row(3, form="pasted")], upstream, three) == [
+        "cuda_matrix.tsv:7: unknown form 'pasted' (known: parametrised, copied)"
+    ]
+
+
+def test_a_row_with_twins_must_give_form_and_cases(tmp_path: Path) -> None:
+    tsv = tmp_path / "matrix.tsv"
+    tsv.write_text("tests/x.py::test_x\temulated:tests_fabric/x.py::test_x\n")
+    with pytest.raises(cuda_matrix.MatrixError, match="UPSTREAM, TWINS, FORM, CASES"):
+        cuda_matrix.read_map(tsv)
+    tsv.write_text("tests/x.py::test_x\temulated:tests_fabric/x.py::test_x\tcopied\t2\tbf16: why\n")
+    assert cuda_matrix.read_map(tsv)[0].missing == "bf16: why"
+
+
+_CASES_SOURCE = """
+import pytest
+PRECISIONS = ["32-true", "16-mixed"]
+
+@RunIf(min_cuda_gpus=2, standalone=True)
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("clip", [pytest.param("norm", marks=pytest.mark.skip("broken")), "val"])
+def test_marked_function(precision, clip): ...
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("accelerator", [
+    "cpu",
+    pytest.param("cuda", marks=RunIf(min_cuda_gpus=1)),
+    pytest.param("mps", marks=RunIf(mps=True)),
+])
+def test_marked_params(accelerator, precision): ...
+
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.parametrize("devices", [1, pytest.param(2, marks=RunIf(mps=True))])
+def test_other_device(devices): ...
+
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.parametrize("devices", range(3))
+def test_not_literal(devices): ...
+
+@RunIf(min_cuda_gpus=1)
+@pytest.mark.parametrize("precision", [*PRECISIONS, "bf16-mixed"])
+def test_starred(precision): ...
+"""
+
+
+def _parsed(name: str) -> tuple[ast.FunctionDef, ast.Module]:
+    module = ast.parse(_CASES_SOURCE)
+    return next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), module
+
+
+# two precisions times "val" ("norm" is skipped unconditionally); the cuda case of two precisions (cpu runs everywhere,
+# mps elsewhere); one devices value (the other is an MPS case)
+@pytest.mark.parametrize(("name", "cases"), [("test_marked_function", 2), ("test_marked_params", 2),
+                                             ("test_other_device", 1)])
+def test_upstream_case_counts_are_read_from_the_decorators(name: str, cases: int) -> None:
+    assert cuda_matrix.cuda_case_count(*_parsed(name)) == cases
+
+
+@pytest.mark.parametrize("name", ["test_not_literal", "test_starred"])
+def test_a_parametrisation_the_scan_cannot_read_is_an_error(name: str) -> None:
+    with pytest.raises(cuda_matrix.MatrixError, match=f"{name}: parametrize values that are not a literal list"):
+        cuda_matrix.cuda_case_count(*_parsed(name))
 
 
 def _row(tier: str, twin: str) -> cuda_matrix.Row:
