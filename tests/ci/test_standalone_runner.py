@@ -71,6 +71,12 @@ def test_strategy_sync_batchnorm():
 @standalone
 def test_other():
     assert "LIGHTNING_XPU_EMULATOR_SANITIZER" not in os.environ
+
+
+@standalone
+@pytest.mark.parametrize("case", ["full-32-true", "full-bf16-mixed"])
+def test_strategy_checkpoint(case):
+    assert os.environ.get("LIGHTNING_XPU_EMULATOR_SANITIZER") == ("0" if case == "full-32-true" else None)
 '''
 
 
@@ -85,8 +91,11 @@ def test_the_sanitizer_is_off_only_for_tests_where_torch_races(tmp_path):
         capture_output=True, text=True, timeout=300, env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "standalone: 2 passed, 0 skipped, 0 failed" in proc.stdout
+    assert "standalone: 4 passed, 0 skipped, 0 failed" in proc.stdout
     assert f"the emulator's stream sanitizer is off for {_RACE_NODE}: FSDP1's" in proc.stdout
+    # a race listed for one case leaves the function's other cases sanitized
+    case_node = "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_checkpoint[full-32-true]"
+    assert f"sanitizer is off for {case_node}" in proc.stdout
 
 
 def test_every_listed_race_names_a_test_of_the_series():
@@ -94,6 +103,6 @@ def test_every_listed_race_names_a_test_of_the_series():
     sections = [section for p in sorted((RUNNER.parents[2] / "patches").glob("*.patch"))
                 for section in p.read_text().split("\ndiff --git ")]
     for node, reason in _torch_stream_races().items():
-        path, name = node.split("::")
+        path, name = node.split("[")[0].split("::")
         assert any(f"+++ b/tests/{path}\n" in s and f"\n+def {name}(" in s for s in sections), node
         assert (RUNNER.parents[2] / reason.rsplit("(", 1)[1].rstrip(")")).is_file(), reason

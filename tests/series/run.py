@@ -34,12 +34,21 @@ RANK_PLUGIN = REPO / "ci" / "intel" / "plugins"
 SUITES = ("tests_fabric", "tests_pytorch")
 _IMPORT = re.compile(r"(?<![\w/@.])lightning\.(fabric|pytorch)(?![\w/])")
 _STANDALONE_ROOTS = {"fabric": "lightning_fabric", "pytorch": "pytorch_lightning"}
-# Standalone tests in which torch's own code races on XPU streams, each with the evidence. The emulator's stream
-# sanitizer (on by default, lightning_xpu/emulator/README.md) is off in their processes alone; an Intel GPU ignores it.
+# Standalone tests (a function, or one case of it) in which torch's own code races on XPU streams, each with the
+# evidence. The emulator's stream sanitizer (on by default, lightning_xpu/emulator/README.md) is off in their processes
+# alone; an Intel GPU ignores it.
+_FSDP1_WRITEBACK_RACE = (
+    "FSDP1's post-backward stream adds into _saved_grad_shard what its pre-unshard stream wrote, unordered; "
+    "CUDA's TORCH_CUDA_SANITIZER=1 reports the same race (ci/cuda/fsdp1_writeback_race.py)"
+)
 TORCH_STREAM_RACES = {
-    "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_sync_batchnorm": (
-        "FSDP1's post-backward stream adds into _saved_grad_shard what its pre-unshard stream wrote, unordered; "
-        "CUDA's TORCH_CUDA_SANITIZER=1 reports the same race (ci/cuda/fsdp1_writeback_race.py)"
+    "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_sync_batchnorm": _FSDP1_WRITEBACK_RACE,
+    # the same model and precision as test_strategy_sync_batchnorm, the same report (the bf16-mixed cases do not race)
+    "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_checkpoint[sharded-32-true]": (
+        _FSDP1_WRITEBACK_RACE
+    ),
+    "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_checkpoint[full-32-true]": (
+        _FSDP1_WRITEBACK_RACE
     ),
 }
 
@@ -124,7 +133,8 @@ def _outcome(returncode: int, args: list[str]) -> str:
 
 def _sanitizer_setting(node: str) -> dict[str, str]:
     """``LIGHTNING_XPU_EMULATOR_SANITIZER=0`` for a test in ``TORCH_STREAM_RACES`` (saying why), else nothing."""
-    reason = TORCH_STREAM_RACES.get(node.split("[")[0].removeprefix("./"))
+    node = node.removeprefix("./")
+    reason = TORCH_STREAM_RACES.get(node) or TORCH_STREAM_RACES.get(node.split("[")[0])
     if reason is None:
         return {}
     print(f"standalone: the emulator's stream sanitizer is off for {node}: {reason}", flush=True)
