@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -42,6 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 from ci.junit import Case, read_cases  # noqa: E402
 
 MAP = HERE / "cuda_matrix.tsv"
+MASTER_SERIES = HERE.parent / "patches" / "master"
 UPSTREAM = HERE / "upstream_cuda_tests.txt"
 
 TIERS = ("mocked", "emulated", "standalone", "real-hardware")
@@ -241,6 +243,39 @@ def problems(rows: list[Row], upstream: dict[str, int], collected: dict[str, lis
     return out
 
 
+def added_lines(series: Path = MASTER_SERIES) -> dict[str, list[str]]:
+    """Per file, the lines a patch series adds (every patch of ``series``, in name order)."""
+    added: dict[str, list[str]] = {}
+    for patch in sorted(series.glob("[0-9][0-9][0-9][0-9]-*.patch")):
+        current = None
+        for line in patch.read_text(encoding="utf-8").splitlines():
+            if line.startswith("diff --git "):
+                current = line.split(" b/", 1)[1]
+            elif current and line.startswith("+") and not line.startswith("+++ "):
+                added.setdefault(current, []).append(line[1:])
+    return added
+
+
+def form_problems(rows: list[Row], added: dict[str, list[str]]) -> list[str]:
+    """Rows whose ``parametrised`` form the master variant does not bear out: it must add an XPU case to upstream's
+    file (a line naming ``xpu``) and must not define the twin in the twin's own file (the release series' copy)."""
+    out = []
+    for row in rows:
+        if row.form != "parametrised":
+            continue
+        path = row.upstream.partition("::")[0]
+        for twin in row.twins:
+            file, _, name = twin.function_id.partition("::")
+            file = f"tests/{file}"
+            definition = re.compile(rf"\s*(async\s+)?def {re.escape(name.split('::')[-1])}\(")
+            if file != path and any(definition.match(x) for x in added.get(file, [])):
+                out.append(f"{MAP.name}:{row.line}: {row.upstream} is recorded as parametrised, but the master "
+                           f"variant copies it into {file}")
+        if not any("xpu" in x.lower() for x in added.get(path, [])):
+            out.append(f"{MAP.name}:{row.line}: {row.upstream} is recorded as parametrised, but the master variant "
+                       f"adds no XPU case to {path}")
+    return out
+
 def twin_cases(twin: Twin, collected: dict[str, list[str]]) -> list[str]:
     """The collected node ids of a twin: the one named, or every parametrisation of the function named."""
     if "[" in twin.test_id:
@@ -414,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.table:
         print(counts_table(rows), end="")
         return 0
-    found = problems(rows, read_upstream(), None)
+    found = problems(rows, read_upstream(), None) + form_problems(rows, added_lines())
     print("\n".join(found) or f"{len(rows)} rows, no problems (twins not checked against a tree)")
     return 1 if found else 0
 

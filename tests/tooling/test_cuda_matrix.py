@@ -46,6 +46,27 @@ def test_every_upstream_cuda_test_has_one_valid_row() -> None:
     assert len(rows) == len(cuda_matrix.read_upstream())
 
 
+def test_every_parametrised_twin_is_a_case_of_upstreams_test_in_the_master_variant() -> None:
+    rows = cuda_matrix.read_map()
+    assert any(r.form == "parametrised" for r in rows)
+    assert cuda_matrix.form_problems(rows, cuda_matrix.added_lines()) == []
+
+
+def test_the_form_check_catches_a_copy_and_a_missing_xpu_case() -> None:
+    twin = cuda_matrix.Twin("emulated", "tests_x/test_a_xpu.py::test_b[xpu]")
+    row = cuda_matrix.Row("tests/tests_x/test_a.py::test_b", twins=(twin,),
+                          line=7, form="parametrised", cases=1)
+    copied = {"tests/tests_x/test_a_xpu.py": ["def test_b(tmp_path):"], "tests/tests_x/test_a.py": ["    # xpu"],
+              "tests/tests_x/test_c_xpu.py": ["def test_b(tmp_path):"]}  # another upstream test of that name
+    assert [p.split(": ", 1)[1] for p in cuda_matrix.form_problems([row], copied)] == [
+        "tests/tests_x/test_a.py::test_b is recorded as parametrised, but the master variant copies it into "
+        "tests/tests_x/test_a_xpu.py"
+    ]
+    parametrised = {"tests/tests_x/test_a.py": ['        pytest.param("xpu", marks=RunIf(min_xpu_gpus=1)),']}
+    assert cuda_matrix.form_problems([row], parametrised) == []
+    assert len(cuda_matrix.form_problems([row], {})) == 1
+
+
 def test_every_twin_is_collected_from_the_patched_tree_with_its_tier(collected: dict[str, list[str]]) -> None:
     rows = cuda_matrix.read_map()
     assert sum(len(r.twins) for r in rows) > 0
