@@ -49,17 +49,20 @@ UPSTREAM = HERE / "upstream_cuda_tests.txt"
 TIERS = ("mocked", "emulated", "standalone", "real-hardware")
 FORMS = ("parametrised", "copied")
 REASONS = {
-    "deepspeed": "DeepSpeed has no XPU support in Lightning; the series rejects `strategy='deepspeed'` with an XPU at "
-    "construction (tested by the connector tests of the patch `fabric, pytorch: reject CUDA-only strategies and "
-    "precisions on xpu`).",
-    "bitsandbytes": "bitsandbytes' quantized layers are CUDA kernels; the series rejects the plugin on XPU at "
-    "construction (the patch `fabric, pytorch: reject CUDA-only strategies and precisions "
-    "on xpu`).",
+    "deepspeed": "Scope decision, not an XPU limitation: DeepSpeed runs on Intel GPUs through its own accelerator "
+    "abstraction, but Lightning's DeepSpeed strategies are wired to CUDA and the series does not port them; it refuses "
+    "`strategy='deepspeed'` on XPU at construction, saying what to use (tested by the connector tests of the patch "
+    "`fabric, pytorch: refuse CUDA-only strategies and precisions on other GPUs`).",
+    "bitsandbytes": "Scope decision, not an XPU limitation: bitsandbytes' multi-backend releases have Intel GPU "
+    "kernels, but Lightning's plugin is written against its CUDA layers and the series does not port it; it refuses "
+    "the plugin on XPU at construction (the patch `fabric, pytorch: refuse CUDA-only strategies and precisions on "
+    "other GPUs`).",
     "transformer-engine": "NVIDIA TransformerEngine is CUDA-only; the series rejects it on XPU at construction.",
     "tensorrt": "Torch-TensorRT compiles for NVIDIA GPUs only.",
     "cuda-api": "The test exercises a CUDA-only API with no XPU counterpart in PyTorch or Lightning: nvidia-smi, "
-    "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`), NCCL's PREMUL_SUM reduction (XCCL has none), CUDA "
-    "graphs.",
+    "`torch.nn.DataParallel`'s scatter/gather (`strategy='dp'`, which the series refuses on XPU at construction, "
+    "pointing to `strategy='ddp'`: the connector tests of the patch `fabric, pytorch: refuse CUDA-only strategies and "
+    "precisions on other GPUs`), NCCL's PREMUL_SUM reduction (XCCL has none), CUDA graphs.",
     "old-torch": "Upstream runs the test, or expects it to pass, only on PyTorch older than the series' floor (torch "
     "2.8): `RunIf(max_torch=...)` or a strict xfail from 2.8 on. It checks nothing upstream with a PyTorch that runs "
     "Lightning on XPUs.",
