@@ -1,4 +1,4 @@
-"""Compile and load the emulator's native part (``csrc/emulator.cpp`` and its companions).
+"""Compile and load the emulator's native part (``csrc/*.cpp``, declarations shared in ``csrc/emulator.h``).
 
 One source is generated per torch: ``device_checks.cpp`` lists the operators whose device check torchgen leaves to
 their kernel (``device_check: NoCheck`` in the running torch's ``native_functions.yaml``); every other operator's
@@ -26,8 +26,25 @@ from types import ModuleType
 
 MODULE_NAME = "lightning_xpu_emulator_C"
 _CSRC = Path(__file__).parent / "csrc"
-_SOURCES = tuple(_CSRC / name for name in ("emulator.cpp", "sanitizer.cpp", "xccl.cpp", "deterministic.cpp"))
-_INCLUDES = (_CSRC / "deterministic_alerts.inc",)  # included by a source: part of the build key too
+_SOURCES = tuple(
+    _CSRC / name
+    for name in (
+        "topology.cpp",
+        "queues.cpp",
+        "device_guard.cpp",
+        "allocator.cpp",
+        "generator.cpp",
+        "hooks.cpp",
+        "kernels.cpp",
+        "fallback.cpp",
+        "bindings.cpp",
+        "sanitizer.cpp",
+        "xccl.cpp",
+        "deterministic.cpp",
+    )
+)
+# included by a source: part of the build key too
+_INCLUDES = (_CSRC / "emulator.h", _CSRC / "deterministic_alerts.inc")
 
 
 class EmulatorBuildError(RuntimeError):

@@ -1,6 +1,6 @@
 """Switch a CPU-only torch into "N emulated XPU devices".
 
-The native part (``csrc/emulator.cpp``) registers the XPU device guard, hooks, allocator and kernels. This module
+The native part (``csrc/*.cpp``) registers the XPU device guard, hooks, allocator and kernels. This module
 fills the Python side the way an XPU build of torch has it: the ``torch._C._xpu_*`` functions and
 ``torch._C._has_xpu``, so that the unmodified ``torch.xpu`` module (lazy init, queued seeds, fork poisoning,
 memory statistics, streams) runs on top of them, trimmed to the torch release of the version profile (_versions.py).

@@ -2,7 +2,7 @@
 
 A CPU build defines them over dummy base classes; these derive from the generic ``torch.Stream`` /
 ``torch.Event``, which work through the emulator's device guard: queries, synchronisation and waits follow the
-asynchronous device model of csrc/emulator.cpp, and events carry host timestamps (``elapsed_time`` measures host
+asynchronous device model of csrc/queues.cpp, and events carry host timestamps (``elapsed_time`` measures host
 time between completed events).
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,19 @@ def test_the_generated_table_is_part_of_the_build_key(tmp_path, monkeypatch):
     before = _build._build_key()
     table.write_text("// another table\n")
     assert _build._build_key() != before
+
+
+def test_every_source_and_local_include_is_built_and_in_the_build_key():
+    # a new .cpp left out of _SOURCES is not compiled; a header left out of _INCLUDES would not rebuild when edited
+    sources = set(_build._CSRC.glob("*.cpp"))
+    assert set(_build._SOURCES) == sources
+    assert len(_build._SOURCES) == len(sources)  # each once
+    included = set()
+    for path in (*sources, *_build._INCLUDES):
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', path.read_text(), flags=re.MULTILINE):
+            included.add(path.parent / name)
+    assert included, "the sources include their shared header"
+    assert included <= set(_build._INCLUDES), sorted(p.name for p in included - set(_build._INCLUDES))
 
 
 def test_the_operators_without_a_device_check_come_from_native_functions_yaml():

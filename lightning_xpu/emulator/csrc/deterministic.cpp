@@ -7,6 +7,8 @@
 // ci/gen_deterministic_alerts.py, says which operators alert, with which message, under which conditions on their
 // arguments; it lists what it does not model.
 
+#include "emulator.h"
+
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

@@ -11,7 +11,7 @@
 // allocating stream's next allocation, if that stream has not waited for the other one by then.
 // On by default; LIGHTNING_XPU_EMULATOR_SANITIZER=0 switches it off.
 
-#include <ATen/ATen.h>
+#include "emulator.h"
 
 #include <algorithm>
 #include <map>
@@ -23,15 +23,6 @@
 #include <vector>
 
 namespace xpu_emu {
-
-// emulator.cpp
-extern std::recursive_mutex& queue_mu;
-bool is_async();
-c10::StreamId current_stream_id(c10::DeviceIndex d);
-uint64_t stream_position(c10::DeviceIndex d, c10::StreamId s);
-bool ordered_before(c10::DeviceIndex d, c10::StreamId t, uint64_t seq, c10::StreamId s, uint64_t upto);
-const void* allocation_of(const at::Tensor& t);
-extern const c10::StreamId kCollectiveStreamId;
 
 namespace {
 

@@ -12,6 +12,8 @@
 // (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp). With the asynchronous device model (the default), an
 // async_op=True collective keeps its results back: its outputs change at Work.wait() (or a device synchronize).
 
+#include "emulator.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -22,17 +24,6 @@
 #include <set>
 
 namespace xpu_emu {
-
-at::Tensor host_view(const at::Tensor& t);  // emulator.cpp
-bool is_async();
-uint64_t defer_collective(c10::DeviceIndex d, at::Tensor dst, at::Tensor src);
-uint64_t collective_position(c10::DeviceIndex d);
-extern const c10::StreamId kCollectiveStreamId;
-void sanitizer_access(const at::Tensor& t, bool write, const char* op, const char* arg);  // sanitizer.cpp
-void sanitizer_access_at(const at::Tensor& t, bool write, c10::StreamId s, uint64_t seq, const char* op,
-                         const char* arg);
-void land_ids(const std::vector<uint64_t>& ids);
-bool landed(const std::vector<uint64_t>& ids);
 
 namespace {
 
