@@ -21,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -158,12 +159,10 @@ def _run(commands: list[list[str]], cxx: str, verbose: bool) -> None:
     if verbose:
         for command in commands:
             print(" ".join(shlex.quote(c) for c in command), file=sys.stderr)
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
-    failures = []
-    for proc in procs:
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            failures.append(err[-4000:])
+    # one compiler per core: each takes several hundred MB for torch's headers, and the sources outnumber the cores
+    with ThreadPoolExecutor(max_workers=min(len(commands), os.cpu_count() or 1)) as pool:
+        done = list(pool.map(lambda command: subprocess.run(command, capture_output=True, text=True), commands))
+    failures = [result.stderr[-4000:] for result in done if result.returncode != 0]
     if failures:
         raise EmulatorBuildError(f"Building the XPU emulator failed ({cxx}):\n" + "\n".join(failures))
 
