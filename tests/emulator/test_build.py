@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import configparser
+import fnmatch
 import os
 import re
 import subprocess
@@ -125,6 +127,16 @@ def test_every_source_and_local_include_is_built_and_in_the_build_key():
             included.add(path.parent / name)
     assert included, "the sources include their shared header"
     assert included <= set(_build._INCLUDES), sorted(p.name for p in included - set(_build._INCLUDES))
+
+
+def test_every_native_source_ships_in_the_package():
+    # an installed (non-editable) lightning-xpu builds from its package data: a file left out cannot be compiled
+    config = configparser.ConfigParser()
+    config.read(REPO_ROOT / "setup.cfg")
+    globs = [g.strip() for g in config["options.package_data"]["lightning_xpu.emulator"].split(",")]
+    package = _build._CSRC.parent
+    needed = [p.relative_to(package).as_posix() for p in (*_build._SOURCES, *_build._INCLUDES)]
+    assert [n for n in needed if not any(fnmatch.fnmatch(n, g) for g in globs)] == []
 
 
 def test_the_operators_without_a_device_check_come_from_native_functions_yaml():
