@@ -10,17 +10,22 @@ it, and ``master``) this check:
 3. applies the series patch by patch with ``git am``, reporting each as ``clean`` (applies as is, offsets allowed),
    ``3-way`` (needed ``git am -3``) or ``CONFLICT`` (then skipped, so the later patches are still tried);
 4. runs the same tests again and reports every upstream test whose outcome changed, and how the series' own new
-   tests fare in upstream's test environment.
+   tests fare in upstream's test environment;
+5. with ``--xpus N``, runs the XPU cases of those tests on N emulated XPUs (``LIGHTNING_XPU_EMULATOR=N``, the
+   emulator installed in this Python): the XPU cases the series adds to upstream's own tests, reported apart from
+   the series' own XPU tests, with each standalone test in a process of its own as upstream's CI runs them.
 
     LIGHTNING_UPSTREAM_CHECKOUT=~/src/pytorch-lightning python ci/replay_upstream.py [--ref 2.6.5 --ref master]
 
 Without a checkout it prints why it is skipped and exits 0 (CI has no access to GitHub). Exit status 1 when a patch
-conflicts or an upstream test that passed before the series fails after it; 2 on bad input.
+conflicts, an upstream test that passed before the series fails after it or (``--xpus``) an XPU case fails; 2 on
+bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -44,6 +49,7 @@ from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.port import seed_series_blobs  # noqa: E402
 from lightning_xpu.series import Patch, Series, find_series_dir, load_series  # noqa: E402
 from lightning_xpu.upstream import is_upstream_series, load_upstream_base, missing_blobs  # noqa: E402
+from tests.series.run import run_standalone  # noqa: E402
 
 ENV_VAR = "LIGHTNING_UPSTREAM_CHECKOUT"
 SKIP_MESSAGE = (
@@ -89,6 +95,10 @@ class RefReport:
     series_tests: str = ""
     series_failures: list[str] = field(default_factory=list)
     series_failure_reasons: dict[str, int] = field(default_factory=dict)  # error message -> how many tests
+    xpus: int = 0  # emulated XPUs the XPU cases ran on; 0: not run
+    xpu_upstream: str = ""  # XPU cases of upstream's own tests (a parameter the series adds)
+    xpu_series: str = ""  # the series' own XPU tests
+    xpu_failures: list[str] = field(default_factory=list)
 
     @property
     def conflicts(self) -> int:
@@ -163,12 +173,20 @@ def _outermost(paths: list[str]) -> list[str]:
     return [p for p in paths if not any(p != d and p.startswith(d + "/") for d in paths)]
 
 
-def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, timeout: int) -> list[Case]:
-    """Run upstream's tests at ``paths`` the way its CPU CI does (from ``tests/``, importing ``src/``)."""
-    if not paths:
-        return []
+def _test_env(tree: Path, tier: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without the test-tier variables (but ``tier``'s), importing ``tree/src``."""
     env = {k: v for k, v in os.environ.items() if k not in _TIER_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree / "src"), env.get("PYTHONPATH")]))
+    return {**env, **(tier or {})}
+
+
+def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, timeout: int,
+                       tier: dict[str, str] | None = None) -> list[Case]:
+    """Run upstream's tests at ``paths`` the way its CPU CI does (from ``tests/``, importing ``src/``); ``tier``: the
+    variables of a GPU tier (``RUN_ONLY_XPU_TESTS=1``, ...)."""
+    if not paths:
+        return []
+    env = _test_env(tree, tier)
     # a module that cannot be imported (a missing optional dependency) is reported as an error, not a stop
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", f"--junitxml={junit}",
            "--continue-on-collection-errors", *(["-n", str(workers)] if workers else []), *paths]
@@ -182,6 +200,29 @@ def run_upstream_tests(tree: Path, paths: list[str], workers: int, junit: Path, 
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
         raise ToolError(f"pytest could not run upstream's tests (exit {proc.returncode}):\n{tail}")
     return cases
+
+
+def run_xpu_cases(tree: Path, paths: list[str], xpus: int, workers: int, junit: Path, timeout: int) -> list[Case]:
+    """The XPU cases at ``paths`` on ``xpus`` emulated XPUs: one pytest run, then each standalone test in a process
+    of its own (its JUnit files beside ``junit``)."""
+    tier = {"LIGHTNING_XPU_EMULATOR": str(xpus), "RUN_ONLY_XPU_TESTS": "1"}
+    cases = [c for c in run_upstream_tests(tree, paths, workers, junit, timeout, tier)
+             if "Standalone execution" not in c.message]
+    standalone = junit.with_name(f"{junit.stem}-standalone.xml")
+    with contextlib.redirect_stdout(sys.stderr):  # each test's output; the report goes to stdout
+        run_standalone(tree / "tests", paths, [*paths, f"--junitxml={standalone}"], _test_env(tree, tier),
+                       parallel=max(workers, 1))
+    for path in sorted(junit.parent.glob(f"{standalone.stem}.standalone-*.xml")):
+        cases += read_cases(path)
+    return cases
+
+
+def split_xpu_cases(before: list[Case], cases: list[Case]) -> tuple[list[Case], list[Case]]:
+    """``(upstream's, the series')``: the XPU cases of tests upstream had before the series (a parameter the series
+    added to upstream's test), and those of the series' own tests."""
+    upstream = {c.id.split("[", 1)[0] for c in before}
+    ours = [c for c in cases if c.id.split("[", 1)[0] not in upstream]
+    return [c for c in cases if c.id.split("[", 1)[0] in upstream], ours
 
 
 def drop_missing_blobs(tree: Path) -> list[str]:
@@ -359,6 +400,13 @@ def replay_ref(checkout: Path, clone: Path, ref: str, note: str, series: Series,
         broken = [c for c in added if c.outcome in ("failed", "error")]
         report.series_failures = [f"{c.id}: {c.message}" for c in broken]
         report.series_failure_reasons = dict(Counter(c.message for c in broken).most_common())
+        if ns.xpus:
+            report.xpus = ns.xpus
+            xpu = run_xpu_cases(clone, paths, ns.xpus, ns.workers, scratch / f"{safe}-xpu.xml", ns.timeout)
+            upstream, ours = split_xpu_cases(before, xpu)
+            report.xpu_upstream, report.xpu_series = summary(upstream), summary(ours)
+            report.xpu_failures = [f"{c.id}: {c.outcome} ({c.message})" for c in xpu
+                                   if c.outcome in ("failed", "error")]
     return report
 
 
@@ -394,6 +442,11 @@ def print_report(report: RefReport) -> None:
         print(f"       {n} x {reason}")
     if len(reasons) > 15:
         print(f"       ... and {len(reasons) - 15} more reasons")
+    if report.xpus:
+        print(f"     XPU cases on {report.xpus} emulated XPUs, of upstream's tests: {report.xpu_upstream}")
+        print(f"     XPU cases on {report.xpus} emulated XPUs, of the series' own tests: {report.xpu_series}")
+        for line in report.xpu_failures:
+            print(f"       {line}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -414,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per upstream test run")
     parser.add_argument("--base-tree", type=Path, help="the unpacked base the series was made against "
                         "(default: the pinned sdist, downloaded once)")
+    parser.add_argument("--xpus", type=int, default=0, metavar="N", help="after the series, also run the XPU cases "
+                        "of the tests on N emulated XPUs (needs the emulator installed and a CPU build of torch)")
     parser.add_argument("--json", type=Path, help="also write the report as JSON to this file")
     ns = parser.parse_args(argv)
 
@@ -461,7 +516,10 @@ def main(argv: list[str] | None = None) -> int:
     regressions = sum(len(r.regressions) for r in reports)
     print(f"\nreplay: {conflicts} conflicting patch(es), {regressions} upstream test regression(s) "
           f"over {len(reports)} ref(s) in {time.monotonic() - started:.0f}s")
-    return 1 if conflicts or regressions else 0
+    xpu_failures = sum(len(r.xpu_failures) for r in reports)
+    if any(r.xpus for r in reports):
+        print(f"replay: {xpu_failures} XPU case(s) failed on emulated XPUs")
+    return 1 if conflicts or regressions or xpu_failures else 0
 
 
 def _master_series(option: Path | None, series: Series) -> Series | None:

@@ -209,3 +209,43 @@ def test_files_scope_takes_only_the_touched_test_files_and_namesakes(tmp_path):
                                                                       "tests_fabric/test_neg.py"]
     assert sorted(test_paths(tree, load_series(series), "dirs")) == [
         "tests_fabric/test_calc.py", "tests_fabric/test_neg.py", "tests_fabric/test_state.py"]
+
+
+def test_xpu_cases_of_upstreams_tests_are_told_apart_from_the_series_own():
+    from ci.junit import Case
+    from ci.replay_upstream import split_xpu_cases
+
+    before = [Case("tests_fabric.test_calc::test_add[cuda]", "skipped"),
+              Case("tests_fabric.test_calc::test_sub", "passed")]
+    xpu = [Case("tests_fabric.test_calc::test_add[xpu]", "passed"),  # a parameter added to upstream's test
+           Case("tests_fabric.test_calc::test_sub", "passed"),
+           Case("tests_fabric.test_xpu::test_add_on_xpu", "failed", "boom")]  # the series' own test
+    upstream, ours = split_xpu_cases(before, xpu)
+    assert [c.id for c in upstream] == ["tests_fabric.test_calc::test_add[xpu]", "tests_fabric.test_calc::test_sub"]
+    assert [c.id for c in ours] == ["tests_fabric.test_xpu::test_add_on_xpu"]
+
+
+def test_xpu_cases_run_in_the_xpu_tier_and_standalone_ones_each_in_a_process(tmp_path, monkeypatch):
+    from ci import replay_upstream
+    from ci.junit import Case
+
+    runs, standalone = [], []
+
+    def fake_tests(tree, paths, workers, junit, timeout, tier=None):
+        runs.append(tier)
+        return [Case("t::test_a[xpu]", "passed"), Case("t::test_b[xpu]", "skipped", "Requires: [Standalone execution]")]
+
+    def fake_standalone(dest, suites, args, env, parallel=1):
+        standalone.append((dest, env["LIGHTNING_XPU_EMULATOR"], env["RUN_ONLY_XPU_TESTS"]))
+        junit = next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1]
+        Path(junit.removesuffix(".xml") + ".standalone-0.xml").write_text(
+            '<testsuite><testcase classname="t" name="test_b[xpu]"/></testsuite>')
+        return 0
+
+    monkeypatch.setattr(replay_upstream, "run_upstream_tests", fake_tests)
+    monkeypatch.setattr(replay_upstream, "run_standalone", fake_standalone)
+    cases = replay_upstream.run_xpu_cases(tmp_path, ["tests_fabric"], 2, 1, tmp_path / "x.xml", 60)
+    assert runs == [{"LIGHTNING_XPU_EMULATOR": "2", "RUN_ONLY_XPU_TESTS": "1"}]
+    assert standalone == [(tmp_path / "tests", "2", "1")]
+    # the standalone test counts once, with its outcome from its own process
+    assert [(c.id, c.outcome) for c in cases] == [("t::test_a[xpu]", "passed"), ("t::test_b[xpu]", "passed")]

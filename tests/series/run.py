@@ -50,6 +50,13 @@ TORCH_STREAM_RACES = {
     "tests_pytorch/strategies/test_fsdp_integration_xpu.py::test_strategy_checkpoint[full-32-true]": (
         _FSDP1_WRITEBACK_RACE
     ),
+    # the same tests in upstream's tree with the master variant (ci/replay_upstream.py --xpus), as xpu cases
+    "tests_pytorch/strategies/test_fsdp.py::test_strategy_sync_batchnorm[xpu]": _FSDP1_WRITEBACK_RACE,
+    "tests_pytorch/strategies/test_fsdp.py::test_strategy_checkpoint[sharded-xpu-32-true]": _FSDP1_WRITEBACK_RACE,
+    "tests_pytorch/strategies/test_fsdp.py::test_strategy_checkpoint[full-xpu-32-true]": _FSDP1_WRITEBACK_RACE,
+    # the model (nested FSDP units), strategy and precision of test_strategy_sync_batchnorm; the emulator stops in
+    # FSDP1's _reduce_grad, and `fsdp1_writeback_race.py --nested` has CSAN report the same race on CUDA
+    "tests_pytorch/strategies/test_fsdp.py::test_checkpoint_multi_gpus[manually_wrapped-xpu]": _FSDP1_WRITEBACK_RACE,
 }
 
 
