@@ -303,14 +303,29 @@ def compare(before: list[Case], after: list[Case], series: Series) -> tuple[list
     new = {c.id: c for c in after}
     changed, regressions = [], []
     for test_id, case in old.items():
-        now = new.get(test_id, Case(test_id, "missing"))
+        now = new.get(test_id) or _renamed(test_id, old, after) or Case(test_id, "missing")
         if now.outcome != case.outcome:
-            changed.append(f"{test_id}: {case.outcome} -> {now.outcome}" + (f" ({now.message})" if now.message else ""))
+            renamed = f" as {now.id.split('::', 1)[1]}" if now.id != test_id else ""
+            changed.append(f"{test_id}: {case.outcome} -> {now.outcome}{renamed}"
+                           + (f" ({now.message})" if now.message else ""))
             if (case.outcome, now.outcome) in REGRESSIONS:
                 regressions.append(now)
     modules = _test_modules(series.files)
     added = [c for c in after if c.id not in old and _in_modules(_module(c.id), modules)]
     return changed, regressions, added
+
+
+_OUTCOME_WEIGHT = {"error": 0, "failed": 1, "passed": 2, "skipped": 3}
+
+
+def _renamed(test_id: str, old: dict[str, Case], after: list[Case]) -> Case | None:
+    """The case that ``test_id`` became when the series parametrised its test (an accelerator parameter gives
+    ``test_x`` the ids ``test_x[gpu]`` and ``test_x[xpu]``, ``test_x[16-mixed]`` becomes ``test_x[cuda-16-mixed]``):
+    of the function's new cases that are not XPU cases, the worst outcome; None when the function has none."""
+    function = test_id.split("[", 1)[0]
+    successors = [c for c in after if c.id not in old and c.id.split("[", 1)[0] == function
+                  and "xpu" not in c.id.partition("[")[2].lower()]
+    return min(successors, key=lambda c: _OUTCOME_WEIGHT.get(c.outcome, 0), default=None)
 
 
 def _test_modules(files: tuple[str, ...]) -> tuple[str, ...]:

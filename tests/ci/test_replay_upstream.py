@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 from ci.replay_upstream import default_refs
 from tests.ci.series_factory import commit, git, init_repo, make_series
@@ -249,3 +250,19 @@ def test_xpu_cases_run_in_the_xpu_tier_and_standalone_ones_each_in_a_process(tmp
     assert standalone == [(tmp_path / "tests", "2", "1")]
     # the standalone test counts once, with its outcome from its own process
     assert [(c.id, c.outcome) for c in cases] == [("t::test_a[xpu]", "passed"), ("t::test_b[xpu]", "passed")]
+
+
+def test_a_test_the_series_parametrises_is_compared_with_its_new_cases_not_reported_missing():
+    from ci.junit import Case
+    from ci.replay_upstream import compare
+
+    before = [Case("t.test_a::test_x", "skipped"), Case("t.test_a::test_y[16-mixed]", "passed"),
+              Case("t.test_a::test_z", "passed")]
+    after = [Case("t.test_a::test_x[gpu]", "skipped"), Case("t.test_a::test_x[xpu]", "failed", "no XPU"),
+             Case("t.test_a::test_y[cuda-16-mixed]", "failed", "boom")]
+    series = mock.Mock(files=())
+    changed, regressions, _ = compare(before, after, series)
+    # test_x's CUDA case kept its outcome (its xpu case is the series' to report); test_y's broke; test_z is gone
+    assert changed == ["t.test_a::test_y[16-mixed]: passed -> failed as test_y[cuda-16-mixed] (boom)",
+                       "t.test_a::test_z: passed -> missing"]
+    assert [c.id for c in regressions] == ["t.test_a::test_y[cuda-16-mixed]", "t.test_a::test_z"]
