@@ -240,7 +240,8 @@ def test_xpu_cases_run_in_the_xpu_tier_and_standalone_ones_each_in_a_process(tmp
         standalone.append((dest, env["LIGHTNING_XPU_EMULATOR"], env["RUN_ONLY_XPU_TESTS"]))
         junit = next(a for a in args if a.startswith("--junitxml=")).split("=", 1)[1]
         Path(junit.removesuffix(".xml") + ".standalone-0.xml").write_text(
-            '<testsuite><testcase classname="t" name="test_b[xpu]"/></testsuite>')
+            '<testsuite><testcase classname="t" name="test_b[xpu]"/><testcase classname="t" name="test_c[ddp-gpu]">'
+            '<skipped message="GPUs>=2"/></testcase></testsuite>')
         return 0
 
     monkeypatch.setattr(replay_upstream, "run_upstream_tests", fake_tests)
@@ -248,7 +249,7 @@ def test_xpu_cases_run_in_the_xpu_tier_and_standalone_ones_each_in_a_process(tmp
     cases = replay_upstream.run_xpu_cases(tmp_path, ["tests_fabric"], 2, 1, tmp_path / "x.xml", 60)
     assert runs == [{"LIGHTNING_XPU_EMULATOR": "2", "RUN_ONLY_XPU_TESTS": "1"}]
     assert standalone == [(tmp_path / "tests", "2", "1")]
-    # the standalone test counts once, with its outcome from its own process
+    # the standalone test counts once, with its outcome from its own process; a CUDA case is no XPU case
     assert [(c.id, c.outcome) for c in cases] == [("t::test_a[xpu]", "passed"), ("t::test_b[xpu]", "passed")]
 
 
