@@ -176,16 +176,22 @@ def run_standalone(dest: Path, suites: list[str], args: list[str], env: dict[str
     if not node_ids:  # a standalone tier that ran nothing has proven nothing
         print("standalone: no standalone test was collected")
         return 1
-    junit_dir = dest / ".standalone-junit"
-    junit_dir.mkdir(exist_ok=True)
-    runs = [["-q", *_with_junit(_per_node(args, i), junit_dir / f"test-{i}.xml"), node]
+    # outside the test tree: upstream's conftest fails a test that leaves new files under tests/, and a test running
+    # beside it would write its JUnit file and temporary files there
+    with tempfile.TemporaryDirectory(prefix="lightning-xpu-standalone-") as scratch:
+        return _run_each(dest, node_ids, args, env, parallel, Path(scratch))
+
+
+def _run_each(dest: Path, node_ids: list[str], args: list[str], env: dict[str, str], parallel: int,
+              scratch: Path) -> int:
+    runs = [["-q", *_with_junit(_per_node(args, i), scratch / f"test-{i}.xml"), node]
             for i, node in enumerate(node_ids)]
     # each test (all its ranks) gets a temporary directory of its own: pytest removes old numbered base directories
     # at start-up, which would pull a running test's tmp_path from under it
-    envs = [{**env, "TMPDIR": str(dest / ".standalone-tmp" / f"test-{i}"), **_sanitizer_setting(node)}
+    envs = [{**env, "TMPDIR": str(scratch / f"tmp-{i}"), **_sanitizer_setting(node)}
             for i, node in enumerate(node_ids)]
     for run_env in envs:
-        Path(run_env["TMPDIR"]).mkdir(parents=True)
+        Path(run_env["TMPDIR"]).mkdir()
     if parallel <= 1:
         codes = [_pytest(dest, run, run_env) for run, run_env in zip(runs, envs, strict=True)]
     else:
