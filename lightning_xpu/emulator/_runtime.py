@@ -85,6 +85,7 @@ def enable(num_devices: int, profile_key: str) -> None:
             prof.stacks_per_card,
             prof.total_memory,
             prof.has_fp64,
+            prof.architecture,
             not prof.integrated,  # the free-memory query (mem_get_info)
             asynchronous,
             prof.name,

@@ -61,6 +61,7 @@ struct Config {
   int stacks_per_card = 1;
   int64_t stack_memory = 0;
   bool has_fp64 = true;
+  int64_t architecture = 0;       // sycl::ext::oneapi::experimental::architecture (SDPA's flash check)
   bool free_memory_query = true;  // sycl::aspect::ext_intel_free_memory (integrated GPUs lack it)
   bool async = true;              // false: LIGHTNING_XPU_EMULATOR_SYNC=1
   std::string name;

@@ -1,6 +1,6 @@
 // The kernels registered for the XPU dispatch key: creation, copies (transfers, non_blocking ones deferred), views,
 // resize, the set_ family, record_stream, and operators whose CPU path does not fit a device (convolution, fused
-// RNN cells, dropout, scaled_dot_product_attention).
+// RNN cells, dropout; scaled_dot_product_attention is sdpa.cpp's).
 
 #include "emulator.h"
 
@@ -8,7 +8,6 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
-#include <ATen/ops/_scaled_dot_product_attention_math.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -264,16 +263,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
           has_bias ? grad_hidden.sum(0) : at::Tensor()};
 }
 
-// torch internals: scaled_dot_product_attention asks a DispatchStub for the fused kernel of the query's device
-// type, which asserts for XPU on a CPU build. Registered for AutogradXPU, the math implementation (itself a
-// composite of differentiable ops) runs instead, as it does for any device without a fused kernel.
-at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                                        std::optional<double> scale, bool enable_gqa) {
-  return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal, std::nullopt,
-                                                            scale, enable_gqa));
-}
-
 // CPU's native_dropout draws its mask from the CPU default generator (it has no generator argument); on XPU it
 // draws from the device's. Composed of xpu operators, its bernoulli_ goes through the fallback's xpu generator.
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
@@ -313,8 +302,4 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl);
   m.impl("_thnn_fused_gru_cell", fused_gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
-}
-
-TORCH_LIBRARY_IMPL(aten, AutogradXPU, m) {
-  m.impl("scaled_dot_product_attention", xpu_emu::scaled_dot_product_attention);
 }
