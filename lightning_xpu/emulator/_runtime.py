@@ -22,6 +22,7 @@ from lightning_xpu.emulator._versions import MEMORY_STAT_GROUPS_BEFORE_2_11, Tor
 ENV_SYNC = "LIGHTNING_XPU_EMULATOR_SYNC"
 ENV_SANITIZER = "LIGHTNING_XPU_EMULATOR_SANITIZER"
 ENV_MEMORY_RESERVE = "LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE"
+ENV_FP64_CONV_EMU = "LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU"
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -76,6 +77,7 @@ def enable(num_devices: int, profile_key: str) -> None:
         versions = torch_profile(torch.__version__)
         sanitize = _sanitizer_setting()
         memory_reserve = _memory_reserve_setting(prof)
+        fp64_conversion_emulation = _fp64_conversion_setting()
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
@@ -88,6 +90,7 @@ def enable(num_devices: int, profile_key: str) -> None:
             prof.stacks_per_card,
             prof.total_memory,
             prof.has_fp64,
+            fp64_conversion_emulation,
             memory_reserve,
             prof.architecture,
             not prof.integrated,  # the free-memory query (mem_get_info)
@@ -135,6 +138,17 @@ def _memory_reserve_setting(prof: Profile) -> int:
             f"2G), below the memory of one {prof.key} device ({prof.total_memory >> 30} GiB), got {value!r}."
         )
     return reserve
+
+
+def _fp64_conversion_setting() -> bool:
+    """Whether the modelled build has ``-fsycl-fp64-conv-emu`` (``LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU``, README.md)."""
+    value = os.environ.get(ENV_FP64_CONV_EMU, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"{ENV_FP64_CONV_EMU} must be 1 (fp64 conversions emulated on devices without fp64, as in PyTorch's "
+            f"wheels; the default) or 0 (a build without -fsycl-fp64-conv-emu), got {value!r}."
+        )
+    return value == "1"
 
 
 def _check_cpu_only_build(torch: Any) -> None:

@@ -55,7 +55,7 @@ py::dict memory_stats(c10::DeviceIndex d) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace xpu_emu;
   m.def("configure", [](int stacks, int stacks_per_card, int64_t stack_memory, bool has_fp64,
-                        int64_t memory_reserve, int64_t architecture,
+                        bool fp64_conversion_emulation, int64_t memory_reserve, int64_t architecture,
                         bool free_memory_query, bool async, std::string name) {
     TORCH_CHECK(stacks >= 1 && stacks <= kMaxDevices, "the emulator supports 1 to ", kMaxDevices, " devices, got ",
                 stacks);
@@ -65,6 +65,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     config.stacks_per_card = stacks_per_card;
     config.stack_memory = stack_memory;
     config.has_fp64 = has_fp64;
+    config.fp64_conversion_emulation = fp64_conversion_emulation;
     config.memory_reserve = memory_reserve;
     config.architecture = architecture;
     config.free_memory_query = free_memory_query;

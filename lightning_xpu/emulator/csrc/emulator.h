@@ -61,6 +61,7 @@ struct Config {
   int stacks_per_card = 1;
   int64_t stack_memory = 0;
   bool has_fp64 = true;
+  bool fp64_conversion_emulation = true;  // -fsycl-fp64-conv-emu: without fp64, conversions to and from it still run
   int64_t memory_reserve = 0;             // per device, kept by the driver and other processes (never allocatable)
   int64_t architecture = 0;               // sycl::ext::oneapi::experimental::architecture (SDPA's flash check)
   bool free_memory_query = true;  // sycl::aspect::ext_intel_free_memory (integrated GPUs lack it)

@@ -49,6 +49,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
       size, stride, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU), c10::dtype_or_default(dtype)));
 }
 
+bool is_fp64(c10::ScalarType st) { return st == at::kDouble || st == at::kComplexDouble; }
+
 thread_local bool tl_in_fallback = false;  // copies made by torch's cpu_fallback are not "transfers"
 
 void count_copy(const at::Tensor& src, const at::Tensor& dst) {
@@ -69,9 +71,29 @@ void poison(const at::Tensor& t) {
   }
 }
 
+// Whether torch-xpu-ops' copy (Copy.cpp) launches a kernel on the device: within the device unless it is a memcpy
+// (same dtype, contiguous); between host and device only to make the device side contiguous, or to convert the
+// dtype of a non_blocking device-to-host copy (blocking transfers convert on the host).
+bool copy_runs_device_kernel(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const bool same_dtype = src.scalar_type() == dst.scalar_type();
+  if (is_xpu(src) && is_xpu(dst)) return !(same_dtype && src.is_contiguous() && dst.is_contiguous());
+  const at::Tensor& on_device = is_xpu(src) ? src : dst;
+  return !on_device.is_contiguous() || (is_xpu(src) && non_blocking && !same_dtype);
+}
+
+// Without native fp64, a build with -fsycl-fp64-conv-emu (PyTorch's wheels) still converts to and from fp64;
+// without the flag (LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU=0) any copy kernel that touches fp64 raises.
+void check_fp64_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  if (config.has_fp64 || config.fp64_conversion_emulation || tl_in_fallback) return;
+  if (!is_fp64(src.scalar_type()) && !is_fp64(dst.scalar_type())) return;
+  TORCH_CHECK(!copy_runs_device_kernel(src, dst, non_blocking), "Required aspect fp64 is not supported on the device (",
+              config.name, " has no native fp64, and this build lacks -fsycl-fp64-conv-emu; operator aten::copy_)");
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   check_not_bad_fork();
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
+  check_fp64_copy(self, dst, non_blocking);
   count_copy(self, dst);
   HostViews hv;
   at::Tensor d = hv.to_cpu(dst);
@@ -155,8 +177,6 @@ at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
   hv.to_cpu(out).copy_(cpu);
   return out;
 }
-
-bool is_fp64(c10::ScalarType st) { return st == at::kDouble || st == at::kComplexDouble; }
 
 // The checks the fallback makes for every operator, for kernels that bypass it.
 void check_operands(const char* op, std::initializer_list<const at::Tensor*> tensors) {
