@@ -37,6 +37,7 @@ _SOURCES = tuple(
         "generator.cpp",
         "hooks.cpp",
         "kernels.cpp",
+        "sdpa.cpp",
         "fallback.cpp",
         "bindings.cpp",
         "sanitizer.cpp",

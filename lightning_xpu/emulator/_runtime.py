@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import threading
 from types import ModuleType
 from typing import Any
@@ -20,6 +21,8 @@ from lightning_xpu.emulator._versions import MEMORY_STAT_GROUPS_BEFORE_2_11, Tor
 
 ENV_SYNC = "LIGHTNING_XPU_EMULATOR_SYNC"
 ENV_SANITIZER = "LIGHTNING_XPU_EMULATOR_SANITIZER"
+ENV_MEMORY_RESERVE = "LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE"
+ENV_FP64_CONV_EMU = "LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU"
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -73,6 +76,8 @@ def enable(num_devices: int, profile_key: str) -> None:
         _check_cpu_only_build(torch)
         versions = torch_profile(torch.__version__)
         sanitize = _sanitizer_setting()
+        memory_reserve = _memory_reserve_setting(prof)
+        fp64_conversion_emulation = _fp64_conversion_setting()
         ext = _build.load()
         if torch._C._get_accelerator().type not in ("xpu", "cpu"):
             raise RuntimeError(
@@ -85,6 +90,9 @@ def enable(num_devices: int, profile_key: str) -> None:
             prof.stacks_per_card,
             prof.total_memory,
             prof.has_fp64,
+            fp64_conversion_emulation,
+            memory_reserve,
+            prof.architecture,
             not prof.integrated,  # the free-memory query (mem_get_info)
             asynchronous,
             prof.name,
@@ -112,6 +120,34 @@ def _sanitizer_setting() -> bool:
     value = os.environ.get(ENV_SANITIZER, "").strip() or "1"
     if value not in ("0", "1"):
         raise ValueError(f"{ENV_SANITIZER} must be 1 (the stream sanitizer on, the default) or 0 (off), got {value!r}.")
+    return value == "1"
+
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _memory_reserve_setting(prof: Profile) -> int:
+    """Bytes of each device that the driver and other processes keep: ``LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE``, a
+    whole number of bytes or of K, M or G (binary units: ``512M``, ``2G``); default 0 (see README.md)."""
+    value = os.environ.get(ENV_MEMORY_RESERVE, "").strip() or "0"
+    match = re.fullmatch(r"(\d+)([KMG]?)", value.upper())
+    reserve = int(match[1]) * _SIZE_UNITS[match[2]] if match else -1
+    if not 0 <= reserve < prof.total_memory:
+        raise ValueError(
+            f"{ENV_MEMORY_RESERVE} must be a whole number of bytes, optionally with K, M or G (binary units: 512M, "
+            f"2G), below the memory of one {prof.key} device ({prof.total_memory >> 30} GiB), got {value!r}."
+        )
+    return reserve
+
+
+def _fp64_conversion_setting() -> bool:
+    """Whether the modelled build has ``-fsycl-fp64-conv-emu`` (``LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU``, README.md)."""
+    value = os.environ.get(ENV_FP64_CONV_EMU, "").strip() or "1"
+    if value not in ("0", "1"):
+        raise ValueError(
+            f"{ENV_FP64_CONV_EMU} must be 1 (fp64 conversions emulated on devices without fp64, as in PyTorch's "
+            f"wheels; the default) or 0 (a build without -fsycl-fp64-conv-emu), got {value!r}."
+        )
     return value == "1"
 
 

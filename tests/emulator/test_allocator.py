@@ -72,3 +72,58 @@ def test_out_of_memory_counts_reserved_segments(run_emulated):
         r"unoccupied cached memory\.",
         r["oom"],
     ), r["oom"]
+
+
+def test_memory_reserve_is_never_allocatable(run_emulated):
+    """LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE: what the driver and other processes keep of each device. The total
+    capacity stays nominal; free memory and the allocator's limit leave the reserve out."""
+    out = run_emulated(
+        """
+        import json, torch
+        torch.xpu.init()
+        r = {"info": list(torch.xpu.mem_get_info()), "props": torch.xpu.get_device_properties().total_memory}
+        fits = torch.empty(60 * 2**20, dtype=torch.uint8, device="xpu")
+        r["after"] = torch.xpu.mem_get_info()[0]
+        try:
+            torch.empty(6 * 2**20, dtype=torch.uint8, device="xpu")
+        except torch.OutOfMemoryError as e:
+            r["oom"] = str(e)
+        print(json.dumps(r))
+        """,
+        devices=1,
+        profile="arc-a770",
+        env={"LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE": "16320M"},  # 16 GiB - 64 MiB: 64 MiB usable
+    )
+    r = json.loads(out)
+    assert r["info"] == [64 * MiB, 16 * 2**30]
+    assert r["props"] == 16 * 2**30
+    assert r["after"] == 4 * MiB
+    assert r["oom"].startswith(
+        "XPU out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 16.00 GiB of which 4.00 MiB "
+        "is free."
+    )
+
+
+def test_no_memory_reserve_by_default(run_emulated):
+    out = run_emulated("import torch; print(*torch.xpu.mem_get_info(1))", profile="b580")
+    assert out.split() == [str(12 * 2**30)] * 2
+
+
+def test_bad_memory_reserve_stops_start_up(run_emulated):
+    out = run_emulated(
+        """
+        import subprocess, sys, os
+        os.environ["LIGHTNING_XPU_EMULATOR_DEVICE"] = "arc-a770"
+        for value in ("lots", "1.5G", "-1", "16G", "2T"):
+            env = dict(os.environ, LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE=value)
+            p = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+            print(p.returncode, p.stderr.strip().splitlines()[-1])
+        """,
+        devices=1,
+    )
+    for line, value in zip(out.splitlines(), ("lots", "1.5G", "-1", "16G", "2T"), strict=True):
+        assert line.startswith("1 "), line
+        assert (
+            "LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE must be a whole number of bytes, optionally with K, M or G (binary "
+            f"units: 512M, 2G), below the memory of one arc-a770 device (16 GiB), got '{value}'."
+        ) in line

@@ -234,6 +234,63 @@ def test_arc_a770_refuses_fp64_arithmetic_but_converts(run_emulated):
         assert results[name].startswith("Required aspect fp64 is not supported on the device"), (name, results[name])
 
 
+_FP64_STEPS = """
+import torch
+x = torch.ones(2, 3, device="xpu")
+steps = {
+    "double": lambda: x.double().float().sum().item(),
+    "complex128": lambda: x.to(torch.complex128).real.float().sum().item(),
+    "sum_dtype": lambda: x.sum(dtype=torch.float64).float().item(),
+    "to_host": lambda: x.to("cpu", torch.float64).sum().item(),          # converted on the host
+    "transfers": lambda: torch.ones(3, dtype=torch.float64).to("xpu").cpu().sum().item(),  # memcpys
+}
+for name, step in steps.items():
+    try:
+        print(name, step())
+    except RuntimeError as e:
+        print(name, str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("conversion_emulation", ["0", "1"])
+def test_fp64_conversions_follow_the_build_flag(run_emulated, conversion_emulation):
+    """LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU=0 models a torch-xpu-ops build without -fsycl-fp64-conv-emu: on a device
+    without fp64, converting to or from fp64 on the device raises too; transfers convert on the host and still run."""
+    out = run_emulated(
+        _FP64_STEPS, profile="arc-a770", env={"LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU": conversion_emulation}
+    )
+    results = dict(line.split(" ", 1) for line in out.splitlines())
+    refused = ["sum_dtype"] if conversion_emulation == "1" else ["double", "complex128", "sum_dtype"]
+    for name, result in results.items():
+        if name in refused:
+            assert result.startswith("Required aspect fp64 is not supported on the device"), (name, result)
+        else:
+            assert result == ("3.0" if name == "transfers" else "6.0"), (name, result)
+
+
+def test_fp64_conversion_setting_leaves_fp64_devices_alone(run_emulated):
+    out = run_emulated(_FP64_STEPS, profile="b580", env={"LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU": "0"})
+    assert dict(line.split(" ", 1) for line in out.splitlines()) == {
+        "double": "6.0", "complex128": "6.0", "sum_dtype": "6.0", "to_host": "6.0", "transfers": "3.0",
+    }
+
+
+def test_bad_fp64_conversion_setting_stops_start_up(run_emulated):
+    out = run_emulated(
+        """
+        import subprocess, sys, os
+        env = dict(os.environ, LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU="yes")
+        p = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+        print(p.returncode, p.stderr.strip().splitlines()[-1])
+        """
+    )
+    assert out.startswith("1 ")
+    assert (
+        "LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU must be 1 (fp64 conversions emulated on devices without fp64, as in "
+        "PyTorch's wheels; the default) or 0 (a build without -fsycl-fp64-conv-emu), got 'yes'."
+    ) in out
+
+
 def test_fp64_arithmetic_runs_where_the_device_has_fp64(run_emulated):
     out = run_emulated(
         """

@@ -51,9 +51,14 @@ size_t EmuAllocator::allocation_size(size_t size) {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
+// What the driver and other processes leave of the device (LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE).
+int64_t EmuAllocator::usable(c10::DeviceIndex d) const { return total_memory(d) - config.memory_reserve; }
+
+// The per-process fraction is of the total capacity, as in XPUCachingAllocator; the device runs out first if the
+// reserve leaves less.
 int64_t EmuAllocator::limit(c10::DeviceIndex d) const {
   double f = memory_fraction[d];
-  return f > 0 ? static_cast<int64_t>(f * total_memory(d)) : total_memory(d);
+  return f > 0 ? std::min(static_cast<int64_t>(f * total_memory(d)), usable(d)) : usable(d);
 }
 
 template <typename F>
@@ -109,7 +114,7 @@ MBlock* EmuAllocator::book(c10::DeviceIndex d, size_t n) {
           OutOfMemoryError, false,
           "XPU out of memory. Tried to allocate ", format_size(alloc), ". GPU ", static_cast<int>(d),
           " has a total capacity of ", format_size(total_memory(d)), " of which ",
-          format_size(total_memory(d) - reserved()), " is free. ", allowed, "Of the allocated memory ",
+          format_size(std::max<int64_t>(usable(d) - reserved(), 0)), " is free. ", allowed, "Of the allocated memory ",
           format_size(st.allocated_bytes[0].current), " is allocated by PyTorch, and ",
           format_size(reserved() - st.allocated_bytes[0].current), " is reserved by PyTorch but unallocated.",
           " Please use `empty_cache` to release all unoccupied cached memory.");
@@ -267,7 +272,7 @@ std::pair<size_t, size_t> EmuAllocator::getMemoryInfo(c10::DeviceIndex d) {
               "prioritize its implementation.");
   std::lock_guard<std::mutex> g(mu);
   auto used = stats[d].reserved_bytes[0].current;
-  return {static_cast<size_t>(std::max<int64_t>(total_memory(d) - used, 0)),
+  return {static_cast<size_t>(std::max<int64_t>(usable(d) - used, 0)),
           static_cast<size_t>(total_memory(d))};
 }
 EmuAllocator& allocator = *new EmuAllocator();

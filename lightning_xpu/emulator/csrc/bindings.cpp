@@ -54,8 +54,9 @@ py::dict memory_stats(c10::DeviceIndex d) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace xpu_emu;
-  m.def("configure", [](int stacks, int stacks_per_card, int64_t stack_memory, bool has_fp64, bool free_memory_query,
-                        bool async, std::string name) {
+  m.def("configure", [](int stacks, int stacks_per_card, int64_t stack_memory, bool has_fp64,
+                        bool fp64_conversion_emulation, int64_t memory_reserve, int64_t architecture,
+                        bool free_memory_query, bool async, std::string name) {
     TORCH_CHECK(stacks >= 1 && stacks <= kMaxDevices, "the emulator supports 1 to ", kMaxDevices, " devices, got ",
                 stacks);
     TORCH_CHECK(config.num_stacks == 0 || config.num_stacks == stacks,
@@ -64,6 +65,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     config.stacks_per_card = stacks_per_card;
     config.stack_memory = stack_memory;
     config.has_fp64 = has_fp64;
+    config.fp64_conversion_emulation = fp64_conversion_emulation;
+    config.memory_reserve = memory_reserve;
+    config.architecture = architecture;
     config.free_memory_query = free_memory_query;
     config.async = async;
     config.name = std::move(name);

@@ -61,6 +61,9 @@ struct Config {
   int stacks_per_card = 1;
   int64_t stack_memory = 0;
   bool has_fp64 = true;
+  bool fp64_conversion_emulation = true;  // -fsycl-fp64-conv-emu: without fp64, conversions to and from it still run
+  int64_t memory_reserve = 0;             // per device, kept by the driver and other processes (never allocatable)
+  int64_t architecture = 0;               // sycl::ext::oneapi::experimental::architecture (SDPA's flash check)
   bool free_memory_query = true;  // sycl::aspect::ext_intel_free_memory (integrated GPUs lack it)
   bool async = true;              // false: LIGHTNING_XPU_EMULATOR_SYNC=1
   std::string name;
@@ -151,6 +154,7 @@ struct EmuAllocator final : public c10::DeviceAllocator {
 
   static size_t round_size(size_t n);
   static size_t allocation_size(size_t size);
+  int64_t usable(c10::DeviceIndex d) const;
   int64_t limit(c10::DeviceIndex d) const;
   template <typename F>
   static void for_types(bool small, F f);

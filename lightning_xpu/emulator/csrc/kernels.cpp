@@ -1,6 +1,6 @@
 // The kernels registered for the XPU dispatch key: creation, copies (transfers, non_blocking ones deferred), views,
 // resize, the set_ family, record_stream, and operators whose CPU path does not fit a device (convolution, fused
-// RNN cells, dropout, scaled_dot_product_attention).
+// RNN cells, dropout; scaled_dot_product_attention is sdpa.cpp's).
 
 #include "emulator.h"
 
@@ -8,7 +8,6 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
-#include <ATen/ops/_scaled_dot_product_attention_math.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -50,6 +49,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
       size, stride, &allocator, c10::DispatchKeySet(c10::DispatchKey::XPU), c10::dtype_or_default(dtype)));
 }
 
+bool is_fp64(c10::ScalarType st) { return st == at::kDouble || st == at::kComplexDouble; }
+
 thread_local bool tl_in_fallback = false;  // copies made by torch's cpu_fallback are not "transfers"
 
 void count_copy(const at::Tensor& src, const at::Tensor& dst) {
@@ -70,9 +71,29 @@ void poison(const at::Tensor& t) {
   }
 }
 
+// Whether torch-xpu-ops' copy (Copy.cpp) launches a kernel on the device: within the device unless it is a memcpy
+// (same dtype, contiguous); between host and device only to make the device side contiguous, or to convert the
+// dtype of a non_blocking device-to-host copy (blocking transfers convert on the host).
+bool copy_runs_device_kernel(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const bool same_dtype = src.scalar_type() == dst.scalar_type();
+  if (is_xpu(src) && is_xpu(dst)) return !(same_dtype && src.is_contiguous() && dst.is_contiguous());
+  const at::Tensor& on_device = is_xpu(src) ? src : dst;
+  return !on_device.is_contiguous() || (is_xpu(src) && non_blocking && !same_dtype);
+}
+
+// Without native fp64, a build with -fsycl-fp64-conv-emu (PyTorch's wheels) still converts to and from fp64;
+// without the flag (LIGHTNING_XPU_EMULATOR_FP64_CONV_EMU=0) any copy kernel that touches fp64 raises.
+void check_fp64_copy(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  if (config.has_fp64 || config.fp64_conversion_emulation || tl_in_fallback) return;
+  if (!is_fp64(src.scalar_type()) && !is_fp64(dst.scalar_type())) return;
+  TORCH_CHECK(!copy_runs_device_kernel(src, dst, non_blocking), "Required aspect fp64 is not supported on the device (",
+              config.name, " has no native fp64, and this build lacks -fsycl-fp64-conv-emu; operator aten::copy_)");
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   check_not_bad_fork();
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
+  check_fp64_copy(self, dst, non_blocking);
   count_copy(self, dst);
   HostViews hv;
   at::Tensor d = hv.to_cpu(dst);
@@ -156,8 +177,6 @@ at::Tensor on_device_of(const at::Tensor& cpu, const at::Tensor& like) {
   hv.to_cpu(out).copy_(cpu);
   return out;
 }
-
-bool is_fp64(c10::ScalarType st) { return st == at::kDouble || st == at::kComplexDouble; }
 
 // The checks the fallback makes for every operator, for kernels that bypass it.
 void check_operands(const char* op, std::initializer_list<const at::Tensor*> tensors) {
@@ -264,16 +283,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
           has_bias ? grad_hidden.sum(0) : at::Tensor()};
 }
 
-// torch internals: scaled_dot_product_attention asks a DispatchStub for the fused kernel of the query's device
-// type, which asserts for XPU on a CPU build. Registered for AutogradXPU, the math implementation (itself a
-// composite of differentiable ops) runs instead, as it does for any device without a fused kernel.
-at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
-                                        std::optional<double> scale, bool enable_gqa) {
-  return std::get<0>(at::_scaled_dot_product_attention_math(q, k, v, mask, dropout_p, is_causal, std::nullopt,
-                                                            scale, enable_gqa));
-}
-
 // CPU's native_dropout draws its mask from the CPU default generator (it has no generator argument); on XPU it
 // draws from the device's. Composed of xpu operators, its bernoulli_ goes through the fallback's xpu generator.
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
@@ -313,8 +322,4 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl);
   m.impl("_thnn_fused_gru_cell", fused_gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
-}
-
-TORCH_LIBRARY_IMPL(aten, AutogradXPU, m) {
-  m.impl("scaled_dot_product_attention", xpu_emu::scaled_dot_product_attention);
 }
