@@ -224,9 +224,15 @@ _OTHER_DEVICE = {"gpu", "cuda", "mps"}
 def split_xpu_cases(before: list[Case], cases: list[Case]) -> tuple[list[Case], list[Case]]:
     """``(upstream's, the series')``: the XPU cases of tests upstream had before the series (a parameter the series
     added to upstream's test), and those of the series' own tests."""
-    upstream = {c.id.split("[", 1)[0] for c in before}
-    ours = [c for c in cases if c.id.split("[", 1)[0] not in upstream]
-    return [c for c in cases if c.id.split("[", 1)[0] in upstream], ours
+    upstream = {_test_of(c) for c in before}
+    ours = [c for c in cases if _test_of(c) not in upstream]
+    return [c for c in cases if _test_of(c) in upstream], ours
+
+
+def _test_of(case: Case) -> str:
+    """The test a case belongs to, whichever rootdir pytest had: upstream's (the checkout, ``tests.tests_fabric.x``)
+    or the standalone runner's (``tests/``, ``tests_fabric.x``)."""
+    return case.id.split("[", 1)[0].removeprefix("tests.")
 
 
 def drop_missing_blobs(tree: Path) -> list[str]:

@@ -226,6 +226,18 @@ def test_xpu_cases_of_upstreams_tests_are_told_apart_from_the_series_own():
     assert [c.id for c in ours] == ["tests_fabric.test_xpu::test_add_on_xpu"]
 
 
+def test_a_standalone_xpu_case_of_upstreams_test_is_upstreams_whatever_the_rootdir():
+    from ci.junit import Case
+    from ci.replay_upstream import split_xpu_cases
+
+    # upstream's pytest runs from the checkout's rootdir, the standalone runner's from tests/
+    before = [Case("tests.tests_pytorch.test_gather::test_collection[gpu]", "skipped")]
+    standalone = [Case("tests_pytorch.test_gather::test_collection[xpu]", "passed")]
+    upstream, ours = split_xpu_cases(before, standalone)
+    assert [c.id for c in upstream] == ["tests_pytorch.test_gather::test_collection[xpu]"]
+    assert ours == []
+
+
 def test_xpu_cases_run_in_the_xpu_tier_and_standalone_ones_each_in_a_process(tmp_path, monkeypatch):
     from ci import replay_upstream
     from ci.junit import Case
