@@ -4,6 +4,8 @@ Intel GPU (xpu_ops.cpp and the table ci/gen_xpu_ops.py generates); the others, a
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 _NOT_IMPLEMENTED = (
     "The operator '{op}' is not currently implemented for the XPU device. Please open a feature on "
@@ -116,3 +118,17 @@ except RuntimeError as e:
 """)
     assert out.strip() == ("Expected all tensors to be on the same device, but found at least two devices, xpu:0 and "
                            "cpu! (Operator aten::linalg_householder_product)")
+
+
+def test_the_emulators_own_kernels_are_operators_the_release_has():
+    # csrc/kernels.cpp's kernels bypass the fallback: each must be an XPU kernel there too, or composite (copy_)
+    import torch
+
+    csrc = Path(__file__).resolve().parents[2] / "lightning_xpu" / "emulator" / "csrc"
+    table = set(re.findall(r'^\{"([^"]+)", XpuKernel::\w+\},$', (csrc / "xpu_ops.inc").read_text(), re.MULTILINE))
+    block = (csrc / "kernels.cpp").read_text().split("TORCH_LIBRARY_IMPL(aten, XPU, m) {")[1].split("}")[0]
+    own = re.findall(r'm\.impl\("([\w.]+)"', block)
+    assert len(own) > 20
+    lacking = [op for op in own if op not in table and not torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"aten::{op}", "CompositeExplicitAutograd")]
+    assert lacking == []
