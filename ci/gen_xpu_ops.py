@@ -43,9 +43,11 @@ YAML = "yaml/native/native_functions.yaml"
 SOURCES = "src/"
 FALLBACK = "src/ATen/native/xpu/XPUFallback.template"
 
-# PyTorch core's TORCH_LIBRARY_IMPL(aten, XPU, m) registrations, read from its sources at the v2.13.0 tag's
-# generation (no PyTorch checkout is at hand to scan). Its other XPU kernels are `XPU:` entries of its
-# native_functions.yaml, or reached through dispatch stubs of operators that have composite kernels.
+# PyTorch core's TORCH_LIBRARY_IMPL(aten, XPU, m) registrations, written down from its sources (no PyTorch checkout
+# is at hand to scan; the revision read was not pinned to v2.13.0). Both kinds of operator have a composite kernel
+# on torch 2.13 (convolution_overrideable: CompositeExplicitAutograd, tensordot.out: CompositeImplicitAutograd), so
+# these rows only matter where an XPU kernel replaces it. PyTorch core's other XPU kernels are `XPU:` entries of its
+# native_functions.yaml, or dispatch stubs behind operators that have composite kernels.
 CORE_IMPLS: dict[str, str] = {
     "convolution_overrideable": "aten/src/ATen/native/mkldnn/xpu/Conv.cpp",
     "convolution_backward_overrideable": "aten/src/ATen/native/mkldnn/xpu/Conv.cpp",
