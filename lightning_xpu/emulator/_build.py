@@ -43,10 +43,11 @@ _SOURCES = tuple(
         "sanitizer.cpp",
         "xccl.cpp",
         "deterministic.cpp",
+        "xpu_ops.cpp",
     )
 )
 # included by a source: part of the build key too
-_INCLUDES = (_CSRC / "emulator.h", _CSRC / "deterministic_alerts.inc")
+_INCLUDES = (_CSRC / "emulator.h", _CSRC / "deterministic_alerts.inc", _CSRC / "xpu_ops.inc")
 
 
 class EmulatorBuildError(RuntimeError):

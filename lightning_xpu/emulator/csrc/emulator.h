@@ -18,7 +18,8 @@
 // One file per concern: topology.cpp (configuration, devices), queues.cpp (the asynchronous stream model),
 // device_guard.cpp, allocator.cpp (caching and pinned allocators), generator.cpp, hooks.cpp, kernels.cpp (the XPU
 // kernels), fallback.cpp (the boxed CPU fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream
-// sanitizer), xccl.cpp (the collective backend), deterministic.cpp (determinism alerts).
+// sanitizer), xccl.cpp (the collective backend), deterministic.cpp (determinism alerts), xpu_ops.cpp (which operators
+// the modelled release implements for XPU).
 
 #pragma once
 
@@ -300,5 +301,15 @@ void xccl_set_torch_release(int major, int minor);
 
 // ---------------------------------------------------------------- determinism alerts (deterministic.cpp)
 void alert_if_nondeterministic(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first_arg);
+
+// ---------------------------------------------------------------- XPU operator coverage (xpu_ops.cpp)
+// What an XPU build of the modelled release has for an operator that reaches the emulator's fallback: its own XPU
+// kernel, torch-xpu-ops' registration to run on the CPU, or nothing (its boxed fallback).
+enum class XpuCoverage { KERNEL, CPU_FALLBACK, UNIMPLEMENTED };
+XpuCoverage xpu_coverage(const c10::OperatorName& name);
+// Raises NotImplementedError as torch-xpu-ops does for an operator it lacks; true (after its device check and
+// warning) when the operator runs on the CPU there: on the fallback list, or any lacking one under
+// PYTORCH_ENABLE_XPU_FALLBACK=1.
+bool enter_xpu_fallback(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first_arg);
 
 }  // namespace xpu_emu

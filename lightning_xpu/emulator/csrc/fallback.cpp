@@ -1,5 +1,6 @@
-// The boxed fallback: every operator without an XPU kernel runs as its CPU kernel on host views of the xpu tensors,
-// with the device checks, fp64 aspect, determinism alerts, stream accesses and generators of the XPU.
+// The boxed fallback: every operator without an XPU kernel of the emulator's own runs as its CPU kernel on host views
+// of the xpu tensors, with the device checks, fp64 aspect, determinism alerts, stream accesses and generators of the
+// XPU; an operator that the modelled release has no XPU kernel for behaves as there (xpu_ops.cpp).
 
 #include "emulator.h"
 
@@ -183,6 +184,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& args = schema.arguments();
   const auto n_args = args.size();
   auto first = stack->size() - n_args;
+  // Raises where the release has no XPU kernel; true where torch-xpu-ops runs the operator on the CPU.
+  const bool on_cpu = enter_xpu_fallback(op, *stack, first);
   FallbackState fs(op);
 
   bool has_out = false;
@@ -196,13 +199,16 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
               "Expected all tensors to be on the same device, but found at least two devices, xpu:",
               static_cast<int>(*fs.device), " and cpu! (when checking argument '", fs.host_arg, "' of ",
               schema.name(), ")");
-  TORCH_CHECK(config.has_fp64 || !fs.fp64 || is_view(schema),
-              "Required aspect fp64 is not supported on the device (", config.name,
+  const bool checks_fp64 = !config.has_fp64 && !on_cpu && !is_view(schema);  // the CPU has fp64
+  TORCH_CHECK(!checks_fp64 || !fs.fp64, "Required aspect fp64 is not supported on the device (", config.name,
               " has no native fp64; operator ", schema.name(), ")");
   const c10::DeviceGuard guard(c10::Device(kXPU, *fs.device));
   alert_if_nondeterministic(op, *stack, first);  // deterministic.cpp: as Intel's XPU kernels alert
-  enqueue(*fs.device, current_stream_id(*fs.device));
+  const auto stream = current_stream_id(*fs.device);
+  const auto seq = enqueue(*fs.device, stream);
   if (sanitizer_enabled()) sanitize_arguments(schema, *stack, first);
+  // torch-xpu-ops' CPU fallback copies the arguments to the host and the results back with blocking copies.
+  if (on_cpu) complete(*fs.device, stream, seq);
 
   // A random operator: hold its xpu generator's lock while the CPU kernel runs with the engine for (seed, offset),
   // then advance the offset by what it wrote.
@@ -267,7 +273,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::unordered_map<c10::StorageImpl*, size_t> refs;
   auto count = [&](const at::Tensor& t) {
     if (!t.defined()) return;
-    TORCH_CHECK(config.has_fp64 || !is_fp64(t.scalar_type()) || is_view(schema),
+    TORCH_CHECK(!checks_fp64 || !is_fp64(t.scalar_type()),
                 "Required aspect fp64 is not supported on the device (", config.name,
                 " has no native fp64; operator ", schema.name(), ")");
     if (t.device().is_cpu() && t.has_storage()) refs[t.storage().unsafeGetStorageImpl()]++;
@@ -310,6 +316,9 @@ void register_functional_fallbacks() {
     if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
         !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) || op->hasKernelForDispatchKey(c10::DispatchKey::XPU))
       continue;
+    // Without an XPU kernel in the release, the composite kernel runs there as here, and its out= variant meets the
+    // XPU fallback (xpu_ops.cpp), which names that variant.
+    if (xpu_coverage(name) == XpuCoverage::UNIMPLEMENTED) continue;
     bool has_out = false;
     for (const auto& a : op->schema().arguments()) has_out = has_out || a.is_out();
     if (has_out) continue;
