@@ -33,7 +33,6 @@ SAMPLES_PER_OP = 2
 # variant) and why. Any other difference is unexplained, and `compare` exits 1.
 BY_DESIGN = {
     "histogram": "XPU has the kernel (torch-xpu-ops `Histogram.cpp`); CUDA has none",
-    "histogramdd": "XPU has the kernel (torch-xpu-ops `Histogram.cpp`); CUDA has none",
     "jiterator_": "`torch.cuda.jiterator`, CUDA's runtime kernel compiler: CUDA only",
     "to_sparse": "the emulator has no sparse layouts: stricter than an Intel GPU (a false failure, never a false pass)",
     "_batch_norm_with_update": "CUDA's refusal is cuDNN's (`Expected contiguous tensor ... for cudnn_batch_norm`), "
