@@ -145,14 +145,17 @@ for name, call in {
 
 
 # Two ranks of SyncBatchNorm over xccl, each with its own half of a batch (uneven: 3 and 5 samples), against one
-# BatchNorm2d on the CPU over the whole batch: outputs, input and parameter gradients, running statistics.
+# BatchNorm2d on the CPU over the whole batch in float64: outputs, input and parameter gradients, running statistics.
+# In bfloat16 (as a bf16 model feeds it; its parameters stay float32), the statistics are still float32.
 SYNC_BATCHNORM_TWO_RANKS = """
 import json, os, socket, torch, torch.distributed as dist
 import torch.multiprocessing as mp
 
+DTYPE = torch.__DTYPE__
+
 def batch():
     torch.manual_seed(0)
-    return torch.randn(8, 3, 4, 4) * 3 + 1, torch.randn(8, 3, 4, 4)
+    return (torch.randn(8, 3, 4, 4) * 3 + 1).to(DTYPE), torch.randn(8, 3, 4, 4).to(DTYPE)
 
 def worker(rank, port, queue):
     torch.xpu.set_device(rank)
@@ -172,6 +175,7 @@ def worker(rank, port, queue):
         dist.all_reduce(g)  # DDP's sum of the parameter gradients
     queue.put((rank, {
         "device": out.device.type,
+        "dtypes": [str(t.dtype).split(".")[1] for t in (out, xi.grad, bn.weight.grad, bn.running_mean)],
         "out": out.detach().cpu().tolist(),
         "grad_input": xi.grad.cpu().tolist(),
         "grad_weight": grads[0].cpu().tolist(),
@@ -190,16 +194,18 @@ if __name__ == "__main__":
     ranks = [r for _, r in sorted([queue.get(), queue.get()])]
 
     x, dy = batch()
-    bn = torch.nn.BatchNorm2d(3)
+    bn = torch.nn.BatchNorm2d(3).double()
     with torch.no_grad():
         bn.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
         bn.bias.copy_(torch.tensor([0.0, -1.0, 1.0]))
-    x.requires_grad_()
+    x, dy = x.double().requires_grad_(), dy.double()
     out = bn(x)
     out.backward(dy)
-    close = lambda got, want: torch.allclose(torch.tensor(got), want, atol=1e-4, rtol=1e-4)
+    tol = 1e-4 if DTYPE == torch.float32 else 3e-2
+    close = lambda got, want: torch.allclose(torch.tensor(got, dtype=torch.float64), want, atol=tol, rtol=tol)
     print(json.dumps({
         "devices": [r["device"] for r in ranks],
+        "dtypes": ranks[0]["dtypes"],
         "out": close(ranks[0]["out"] + ranks[1]["out"], out.detach()),
         "grad_input": close(ranks[0]["grad_input"] + ranks[1]["grad_input"], x.grad),
         "grad_weight": [close(r["grad_weight"], bn.weight.grad) for r in ranks],
@@ -210,9 +216,12 @@ if __name__ == "__main__":
 """
 
 
-def test_sync_batchnorm_on_two_ranks_equals_batchnorm_over_the_whole_batch(run_emulated):
-    assert json.loads(run_emulated(SYNC_BATCHNORM_TWO_RANKS, devices=2, timeout=300)) == {
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sync_batchnorm_on_two_ranks_equals_batchnorm_over_the_whole_batch(run_emulated, dtype):
+    code = SYNC_BATCHNORM_TWO_RANKS.replace("__DTYPE__", dtype)
+    assert json.loads(run_emulated(code, devices=2, timeout=300)) == {
         "devices": ["xpu", "xpu"],
+        "dtypes": [dtype, dtype, "float32", "float32"],
         "out": True,
         "grad_input": True,
         "grad_weight": [True, True],
