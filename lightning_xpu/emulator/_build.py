@@ -38,6 +38,7 @@ _SOURCES = tuple(
         "hooks.cpp",
         "kernels.cpp",
         "sdpa.cpp",
+        "batch_norm.cpp",
         "fallback.cpp",
         "bindings.cpp",
         "sanitizer.cpp",
