@@ -65,6 +65,15 @@ def test_the_form_check_catches_a_copy_and_a_missing_xpu_case() -> None:
     parametrised = {"tests/tests_x/test_a.py": ['        pytest.param("xpu", marks=RunIf(min_xpu_gpus=1)),']}
     assert cuda_matrix.form_problems([row], parametrised) == []
     assert len(cuda_matrix.form_problems([row], {})) == 1
+    master_only = cuda_matrix.Row("tests/tests_x/test_a.py::test_b", reason="master-only", line=8)
+    assert cuda_matrix.form_problems([master_only], {"tests/tests_x/test_a.py": [
+        "def test_b(accelerator, tmp_path):", '        pytest.param("xpu", marks=RunIf(min_xpu_gpus=1)),']}) == []
+    # an XPU case of another test in the same file is not this test's twin
+    assert len(cuda_matrix.form_problems([master_only], parametrised)) == 1
+    assert [p.split(": ", 1)[1] for p in cuda_matrix.form_problems([master_only], {})] == [
+        "tests/tests_x/test_a.py::test_b is master-only, but the master variant adds no XPU case to "
+        "tests/tests_x/test_a.py"
+    ]
 
 
 def test_every_twin_is_collected_from_the_patched_tree_with_its_tier(collected: dict[str, list[str]]) -> None:
