@@ -844,13 +844,18 @@ def main(argv: list[str] | None = None) -> int:
     result = analyse(checkout)
     text = render(result, checkout)
     print(summary(result))
-    if args.check:
-        if not args.check.is_file() or args.check.read_text() != text:
-            print(f"{args.check} is stale: run ci/gen_deterministic_alerts.py again", file=sys.stderr)
+    return write_or_check(text, args.output, args.check, "ci/gen_deterministic_alerts.py")
+
+
+def write_or_check(text: str, output: Path, check: Path | None, script: str) -> int:
+    """Write the generated ``text`` to ``output``; with ``check``, only compare it with that file (1 if stale)."""
+    if check:
+        if not check.is_file() or check.read_text() != text:
+            print(f"{check} is stale: run {script} again", file=sys.stderr)
             return 1
         return 0
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
+    output.write_text(text)
+    print(f"wrote {output}")
     return 0
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ci.gen_deterministic_alerts import Checkout, mask, matching  # noqa: E402
+from ci.gen_deterministic_alerts import Checkout, mask, matching, write_or_check  # noqa: E402
 
 OUTPUT = REPO / "lightning_xpu" / "emulator" / "csrc" / "xpu_ops.inc"
 YAML = "yaml/native/native_functions.yaml"
@@ -186,14 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     table = analyse(checkout, torch_yaml.read_text())
     text = render(table, checkout, torch_label)
     print(text.split("\n\n")[0])
-    if args.check:
-        if not args.check.is_file() or args.check.read_text() != text:
-            print(f"{args.check} is stale: run ci/gen_xpu_ops.py again", file=sys.stderr)
-            return 1
-        return 0
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
-    return 0
+    return write_or_check(text, args.output, args.check, "ci/gen_xpu_ops.py")
 
 
 if __name__ == "__main__":
