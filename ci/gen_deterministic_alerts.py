@@ -826,14 +826,19 @@ def summary(result: Result) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def generator_parser(description: str, output: Path) -> argparse.ArgumentParser:
+    """The arguments every table generator over a torch-xpu-ops checkout takes: PATH, --ref, --output or --check."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("path", type=Path, help="a torch-xpu-ops work tree, or its git directory with --ref")
     parser.add_argument("--ref", help="read the git directory PATH at this ref (a branch, tag or commit)")
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--output", type=Path, default=OUTPUT, help="where to write (default: the emulator's csrc)")
+    target.add_argument("--output", type=Path, default=output, help="where to write (default: the emulator's csrc)")
     target.add_argument("--check", type=Path, help="fail when this file is not what would be written")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = generator_parser(__doc__.split("\n\n")[0], OUTPUT).parse_args(argv)
     if not args.path.is_dir():
         print(f"error: {args.path} is not a directory", file=sys.stderr)
         return 2

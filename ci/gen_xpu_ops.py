@@ -25,7 +25,6 @@ PATH is a torch-xpu-ops work tree, or with ``--ref`` any git directory of it (a 
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import re
@@ -36,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ci.gen_deterministic_alerts import Checkout, mask, matching, write_or_check  # noqa: E402
+from ci.gen_deterministic_alerts import Checkout, generator_parser, mask, matching, write_or_check  # noqa: E402
 
 OUTPUT = REPO / "lightning_xpu" / "emulator" / "csrc" / "xpu_ops.inc"
 YAML = "yaml/native/native_functions.yaml"
@@ -160,13 +159,8 @@ def render(table: Table, checkout: Checkout, torch_label: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", type=Path, help="a torch-xpu-ops work tree, or its git directory with --ref")
-    parser.add_argument("--ref", help="read the git directory PATH at this ref (a branch, tag or commit)")
+    parser = generator_parser(__doc__.split("\n\n")[0], OUTPUT)
     parser.add_argument("--torch-yaml", type=Path, help="PyTorch's native_functions.yaml (default: torchgen's)")
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--output", type=Path, default=OUTPUT, help="where to write (default: the emulator's csrc)")
-    target.add_argument("--check", type=Path, help="fail when this file is not what would be written")
     args = parser.parse_args(argv)
     if not args.path.is_dir():
         print(f"error: {args.path} is not a directory", file=sys.stderr)
