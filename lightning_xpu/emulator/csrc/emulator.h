@@ -17,7 +17,7 @@
 //
 // One file per concern: topology.cpp (configuration, devices), queues.cpp (the asynchronous stream model),
 // device_guard.cpp, allocator.cpp (caching and pinned allocators), generator.cpp, hooks.cpp, kernels.cpp (the XPU
-// kernels), fallback.cpp (the boxed CPU fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream
+// kernels; SDPA's backend choice in sdpa.cpp, SyncBatchNorm's in batch_norm.cpp), fallback.cpp (the boxed CPU fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream
 // sanitizer), xccl.cpp (the collective backend), deterministic.cpp (determinism alerts), xpu_ops.cpp (which operators
 // the modelled release implements for XPU).
 
