@@ -259,6 +259,30 @@ def added_lines(series: Path = MASTER_SERIES) -> dict[str, list[str]]:
     return added
 
 
+# What issue 19 asks of the master variant: XPU twins as cases of upstream's tests, not copies a reviewer has to read.
+MAX_MASTER_TEST_LINES = 3000
+MIN_PARAMETRISED_ROWS = 150
+
+
+def shape_problems(rows: list[Row], added: dict[str, list[str]]) -> list[str]:
+    """The master variant adds more test lines, or records fewer parametrised twins, than the bounds above."""
+    out = []
+    test_lines = sum(len(lines) for path, lines in added.items() if path.startswith("tests/"))
+    if test_lines > MAX_MASTER_TEST_LINES:
+        out.append(f"the master variant adds {test_lines} test lines, more than {MAX_MASTER_TEST_LINES}: make XPU "
+                   "twins cases of upstream's tests and keep XPU-only tests compact")
+    parametrised = sum(row.form == "parametrised" for row in rows)
+    if parametrised < MIN_PARAMETRISED_ROWS:
+        out.append(f"{MAP.name}: {parametrised} rows record a parametrised twin, fewer than {MIN_PARAMETRISED_ROWS}")
+    return out
+
+
+def _adds_xpu_case(line: str) -> bool:
+    """An added line that names xpu, or takes the cuda and xpu parameters of ``gpu_accelerators`` (the tests' RunIf
+    helpers)."""
+    return "xpu" in line.lower() or "gpu_accelerators(" in line
+
+
 def form_problems(rows: list[Row], added: dict[str, list[str]]) -> list[str]:
     """Rows whose ``parametrised`` form the master variant does not bear out: it must add an XPU case to upstream's
     file (a line naming ``xpu``) and must not define the twin in the twin's own file (the release series' copy). A
@@ -270,7 +294,7 @@ def form_problems(rows: list[Row], added: dict[str, list[str]]) -> list[str]:
             path, _, name = row.upstream.partition("::")
             signature = re.compile(rf"\s*(async\s+)?def {re.escape(name)}\(")
             lines = added.get(path, [])
-            if not (any(signature.match(x) for x in lines) and any("xpu" in x.lower() for x in lines)):
+            if not (any(signature.match(x) for x in lines) and any(_adds_xpu_case(x) for x in lines)):
                 out.append(f"{MAP.name}:{row.line}: {row.upstream} is master-only, but the master variant adds no "
                            f"XPU case to {path}")
             continue
@@ -284,7 +308,7 @@ def form_problems(rows: list[Row], added: dict[str, list[str]]) -> list[str]:
             if file != path and any(definition.match(x) for x in added.get(file, [])):
                 out.append(f"{MAP.name}:{row.line}: {row.upstream} is recorded as parametrised, but the master "
                            f"variant copies it into {file}")
-        if not any("xpu" in x.lower() for x in added.get(path, [])):
+        if not any(_adds_xpu_case(x) for x in added.get(path, [])):
             out.append(f"{MAP.name}:{row.line}: {row.upstream} is recorded as parametrised, but the master variant "
                        f"adds no XPU case to {path}")
     return out
@@ -462,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.table:
         print(counts_table(rows), end="")
         return 0
-    found = problems(rows, read_upstream(), None) + form_problems(rows, added_lines())
+    added = added_lines()
+    found = problems(rows, read_upstream(), None) + form_problems(rows, added) + shape_problems(rows, added)
     print("\n".join(found) or f"{len(rows)} rows, no problems (twins not checked against a tree)")
     return 1 if found else 0
 

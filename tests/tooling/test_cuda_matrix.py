@@ -52,6 +52,19 @@ def test_every_parametrised_twin_is_a_case_of_upstreams_test_in_the_master_varia
     assert cuda_matrix.form_problems(rows, cuda_matrix.added_lines()) == []
 
 
+def test_the_master_variant_stays_within_its_test_line_budget() -> None:
+    assert cuda_matrix.shape_problems(cuda_matrix.read_map(), cuda_matrix.added_lines()) == []
+
+
+def test_the_shape_check_catches_too_many_test_lines_and_too_few_parametrised_rows() -> None:
+    row = cuda_matrix.Row("tests/tests_x/test_a.py::test_b", twins=(), line=7, form="copied", cases=1)
+    added = {"tests/tests_x/test_a.py": ["x"] * cuda_matrix.MAX_MASTER_TEST_LINES, "src/a.py": ["y"] * 10}
+    assert cuda_matrix.shape_problems([row], added) == [
+        f"cuda_matrix.tsv: 0 rows record a parametrised twin, fewer than {cuda_matrix.MIN_PARAMETRISED_ROWS}"]
+    added["tests/tests_x/test_c.py"] = ["z"]
+    assert "adds 3001 test lines" in cuda_matrix.shape_problems([row], added)[0]
+
+
 def test_the_form_check_catches_a_copy_and_a_missing_xpu_case() -> None:
     twin = cuda_matrix.Twin("emulated", "tests_x/test_a_xpu.py::test_b[xpu]")
     row = cuda_matrix.Row("tests/tests_x/test_a.py::test_b", twins=(twin,),
@@ -64,6 +77,9 @@ def test_the_form_check_catches_a_copy_and_a_missing_xpu_case() -> None:
     ]
     parametrised = {"tests/tests_x/test_a.py": ['        pytest.param("xpu", marks=RunIf(min_xpu_gpus=1)),']}
     assert cuda_matrix.form_problems([row], parametrised) == []
+    helper = {"tests/tests_x/test_a.py": ['@pytest.mark.parametrize("accelerator", gpu_accelerators(2))']}
+    assert cuda_matrix.form_problems([row], helper) == []
+    assert len(cuda_matrix.form_problems([row], {"tests/tests_x/test_a.py": ["    # gpu"]})) == 1
     assert len(cuda_matrix.form_problems([row], {})) == 1
     master_only = cuda_matrix.Row("tests/tests_x/test_a.py::test_b", reason="master-only", line=8)
     assert cuda_matrix.form_problems([master_only], {"tests/tests_x/test_a.py": [
