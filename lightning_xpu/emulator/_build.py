@@ -43,6 +43,7 @@ _SOURCES = tuple(
         "bindings.cpp",
         "sanitizer.cpp",
         "xccl.cpp",
+        "reducer_xpu.cpp",
         "deterministic.cpp",
         "xpu_ops.cpp",
     )

@@ -16,6 +16,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/library.h>
@@ -202,7 +203,8 @@ void check_single(const std::vector<at::Tensor>& ts, bool p2p = false) {
 
 class EmuXccl final : public c10d::Backend {
  public:
-  EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size) : Backend(rank, size), gloo_(std::move(gloo)) {}
+  EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size)
+      : Backend(rank, size), gloo_(std::move(gloo)), global_rank_(process_global_rank(rank)) {}
 
   const std::string getBackendName() const override { return "xccl"; }
 
@@ -451,8 +453,8 @@ class EmuXccl final : public c10d::Backend {
   }
 
   // As ProcessGroupXCCL::barrier: an all-reduce of one element on device_ids[0], else the bound device, else the
-  // first device a collective used, else global rank % device count. Each emulated device belongs to one rank:
-  // a barrier on another rank's device is refused (XCCL would build a second communicator over it).
+  // first device a collective used, else a guess from the rank (guess_device()). Each emulated device belongs to one
+  // rank: a barrier on another rank's device is refused (XCCL would build a second communicator over it).
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
     c10::DeviceIndex dev = -1;
     if (!opts.device_ids.empty()) {
@@ -462,10 +464,7 @@ class EmuXccl final : public c10d::Backend {
     } else if (!used_.empty()) {
       dev = *used_.begin();
     } else {
-      dev = static_cast<c10::DeviceIndex>(getRank() % c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->deviceCount());
-      TORCH_WARN("using GPU ", static_cast<int>(dev), " as device used by this process is currently unknown. ",
-                 "This can potentially cause a hang if this rank to GPU mapping is incorrect. ",
-                 "You can specify device_id in init_process_group() to force use of a particular device.");
+      dev = guess_device();
     }
     TORCH_CHECK_WITH(ValueError, dev >= 0, "Failed to infer a GPU device id to perform barrier. ");
     c10::DeviceIndex own = getBoundDeviceId().has_value() ? getBoundDeviceId()->index()
@@ -514,8 +513,30 @@ class EmuXccl final : public c10d::Backend {
     finish(gloo_->allgather(vo, vi, opts));
   }
 
+  // The device of a barrier on a group that is neither bound nor used yet. 2.8: the group rank modulo the device
+  // count, silently; 2.9 (guessDeviceId): the same with a warning in the log; from 2.10 the global rank (globalRank():
+  // the rank of the process's first group) instead of the group rank. The warning is LOG(WARNING) there, so a line on
+  // stderr, never a Python warning (warning filters neither hide it nor turn it into an error).
+  c10::DeviceIndex guess_device() const {
+    const int count = c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->deviceCount();
+    const auto dev = static_cast<c10::DeviceIndex>((torch_minor >= 10 ? global_rank_ : getRank()) % count);
+    if (torch_minor >= 9)
+      LOG(WARNING) << "[PG GUID " << pg_uid_ << " Rank " << getRank() << "] " << " using GPU " << static_cast<int>(dev)
+                   << " as device used by this process is currently unknown. "
+                   << "This can potentially cause a hang if this rank to GPU mapping is incorrect. "
+                   << "You can specify device_id in init_process_group() to force use of a particular device.";
+    return dev;
+  }
+
+  // ProcessGroupXCCL::globalRank() is a function-local static: the rank given to the first group the process builds.
+  static int process_global_rank(int rank) {
+    static const int first = rank;
+    return first;
+  }
+
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::set<c10::DeviceIndex> used_;  // devices this rank's collectives ran on
+  const int global_rank_;
 };
 
 // ---- c10d operators for the XPU dispatch key --------------------------------------------------------
