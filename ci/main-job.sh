@@ -25,7 +25,10 @@ pip() { "$py" -m pip --disable-pip-version-check --quiet "$@"; }
 
 wanted="${TORCH_INDEX_URL:-torch==2.13.0+cpu}"
 record="$venv/.lightning-xpu-torch"
-installed=$("$py" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+# the installed torch's version from its metadata: importing torch before numpy is installed (Lightning's requirements
+# bring it) would print torch's "Failed to initialize NumPy" warning
+torch_version() { "$py" -c "from importlib.metadata import version; print(version('torch'))" 2>/dev/null; }
+installed=$(torch_version || true)
 if [ -z "$installed" ] || [ "$(cat "$record" 2>/dev/null)" != "$wanted $installed" ]; then
     if [ -n "$installed" ]; then
         echo "Replacing torch $installed in $venv with ${TORCH_INDEX_URL:+the build of }$wanted."
@@ -36,7 +39,7 @@ if [ -z "$installed" ] || [ "$(cat "$record" 2>/dev/null)" != "$wanted $installe
     else
         pip install --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu
     fi
-    echo "$wanted $("$py" -c "import torch; print(torch.__version__)")" > "$record"
+    echo "$wanted $(torch_version)" > "$record"
 fi
 pip install ninja .
 "$venv/bin/lightning-xpu" build --install

@@ -7,6 +7,7 @@ installed torch's version in a file, so the job runs in a second without install
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,7 @@ if [ "$1" = "-c" ]; then
     case "$2" in
         *is_available*|*_is_compiled*) [[ "$(build)" == *+xpu ]] ;;
         *device_count*) echo 1 ;;
-        *__version__*) [ -f "$state" ] && build ;;
+        *"version('torch')"*) [ -f "$state" ] && build ;;
         *) exit 0 ;;
     esac
     exit $?
@@ -68,6 +69,14 @@ def _main_job(venv: Path, index_url: str | None) -> tuple[str, list[str]]:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     pip = [line.split(" --quiet ", 1)[1] for line in (venv / "log").read_text().splitlines() if " -m pip " in line]
     return proc.stdout, pip
+
+
+def test_torch_is_not_imported_before_lightnings_requirements_bring_numpy(venv: Path) -> None:
+    # torch 2.13's CPU wheel does not require numpy: importing it earlier prints "Failed to initialize NumPy"
+    _main_job(venv, None)
+    log = (venv / "log").read_text().splitlines()
+    first_import = next(i for i, line in enumerate(log) if re.match(r"python -c import [\w, ]*\btorch\b", line))
+    assert first_import > log.index("lightning-xpu build --install")
 
 
 def test_the_index_url_replaces_a_torch_the_venv_already_has(venv: Path) -> None:
