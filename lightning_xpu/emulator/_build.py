@@ -44,7 +44,7 @@ _INCLUDES = (_CSRC / "emulator.h", _CSRC / "deterministic_alerts.inc", _CSRC / "
 # on a 2-core machine; the split is fixed, so every machine compiles the same units.
 _UNITS = (
     ("runtime", ("topology.cpp", "queues.cpp", "device_guard.cpp", "allocator.cpp", "generator.cpp", "hooks.cpp",
-                 "sanitizer.cpp", "xccl.cpp", "deterministic.cpp", "xpu_ops.cpp")),
+                 "sanitizer.cpp", "xccl.cpp", "reducer_timer.cpp", "deterministic.cpp", "xpu_ops.cpp")),
     ("operators", ("kernels.cpp", "sdpa.cpp", "batch_norm.cpp", "fallback.cpp", "bindings.cpp")),
 )
 _SOURCES = tuple(_CSRC / name for _, names in _UNITS for name in names)
