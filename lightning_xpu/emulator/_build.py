@@ -211,7 +211,7 @@ def _why(target: Path) -> str:
     others = [p.name for p in target.parent.parent.glob("torch-*") if p != target.parent and p.is_dir()]
     same_torch = target.parent.name.rsplit("-", 1)[0]
     if any(name.rsplit("-", 1)[0] == same_torch for name in others):
-        return "the emulator's source changed since its last build for this torch (a new lightning-xpu)"
+        return "its source changed since its last build for this torch, as after an update of lightning-xpu"
     if others:
         return f"first use with torch {torch.__version__} on Python {sys.version_info[0]}.{sys.version_info[1]}"
     return "first use on this machine"

@@ -113,7 +113,7 @@ def test_a_build_says_what_it_builds_why_how_long_and_that_it_is_still_running(t
     [
         ([], "first use on this machine"),
         (["torch-1.0.0+cpu-py39-0123456789abcdef"], "first use with torch {torch} on Python {python}"),
-        (["{same}-0123456789abcdef"], "the emulator's source changed since its last build for this torch"),
+        (["{same}-0123456789abcdef"], "its source changed since its last build for this torch"),
     ],
 )
 def test_a_build_says_why_it_happens(tmp_path, monkeypatch, earlier, why):
