@@ -1,4 +1,4 @@
-"""Building the native part: one compile per cache key even when processes race, progress while it runs, clear errors."""
+"""Building the native part: one compile per cache key when processes race, progress while it runs, clear errors."""
 
 from __future__ import annotations
 
@@ -58,10 +58,8 @@ def test_concurrent_builds_compile_once_and_only_the_builder_reports_progress(tm
     code = "import os; from lightning_xpu import emulator; print(os.getpid(), emulator.build())"
     # each compiler run takes 3 s: the lock is held long enough for the other two processes to find it taken
     env = {**_env(tmp_path, str(cxx)), "FAKE_CXX_SLEEP": "3"}
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(3)
-    ]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, **pipes) for _ in range(3)]
     outs = [(p.communicate(timeout=120), p.returncode) for p in procs]
     assert [rc for _, rc in outs] == [0, 0, 0], [err for (_, err), _ in outs]
     pids = [out.split()[0] for (out, _), _ in outs]

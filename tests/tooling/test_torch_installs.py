@@ -177,7 +177,8 @@ def _tox_installs(path: Path) -> list[Install]:
             if not dep or dep.startswith("{"):  # {[testenv]deps}: checked in its own section
                 continue
             tokens = ["install", *shlex.split(dep)]
-            line = next((n for n, t in enumerate(text.splitlines(), 1) if t[:1].isspace() and t.strip().endswith(dep)), 0)
+            lines = enumerate(text.splitlines(), 1)
+            line = next((n for n, t in lines if t[:1].isspace() and t.strip().endswith(dep)), 0)
             installs += pip_installs(rel, line, tokens, defaults)
         for key in ("commands_pre", "commands"):
             for _, tokens in _shell_commands(config.get(section, key, fallback="")):
