@@ -498,7 +498,11 @@ def test_invalid_settings_fail_clearly(run_emulated):
     )
     (rc1, message1), (rc2, message2) = (line.split(" ", 1) for line in out.splitlines())
     assert rc1 == rc2 == "1"
-    assert "Unknown emulated XPU profile 'h100'" in message1
+    assert message1 == (
+        "ValueError: Unknown emulated XPU profile 'h100' in LIGHTNING_XPU_EMULATOR_DEVICE; choose one of: max1550 "
+        "(Intel(R) Data Center GPU Max 1550, the default), max1100 (Intel(R) Data Center GPU Max 1100), arc-a770 "
+        "(Intel(R) Arc(TM) A770 Graphics), b580 (Intel(R) Arc(TM) B580 Graphics), lnl (Intel(R) Graphics [0x64a0])."
+    )
     assert "LIGHTNING_XPU_EMULATOR must be a device count >= 1 (or unset), got 'two'" in message2
 
 

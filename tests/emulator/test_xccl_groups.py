@@ -4,7 +4,6 @@ What torch-xpu-ops' ProcessGroupXCCL does, release/2.8 to release/2.14 (src/xccl
 overrides ``supportsSplitting()``, so torch neither connects a bound group eagerly nor splits it; a barrier runs on
 ``device_ids[0]``, else the bound device, else the first device a collective used, else a guess from the rank
 (``rank % device count``: the group rank up to 2.9, the global rank from 2.10; a LOG(WARNING) line from 2.9).
-torch-xpu-ops' src/xccl/reducer_xpu.cpp registers DDP's timer for XPU, so DDP prints no timer warning.
 """
 
 from __future__ import annotations
@@ -128,32 +127,3 @@ def test_a_bound_group_is_never_split(run_emulated, tmp_path):
         assert r.get("new_group") == ([3.0, 3.0] if rank < 2 else None)
         assert r["python_warnings"] == []
         assert r["log"] == []
-
-
-def test_ddp_prints_no_timer_warning(run_emulated, tmp_path):
-    """An XPU build registers DDP's XpuTimer; without a timer DDP warns that it collects time stats on CPU and CUDA."""
-    script = tmp_path / "ddp.py"
-    script.write_text(
-        _HEADER
-        + """
-def run(rank, port, log):
-    os.dup2(os.open(log % rank, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
-    torch.xpu.set_device(rank)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("xccl", rank=rank, world_size=2)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1).to("xpu"), device_ids=[rank])
-    for _ in range(2):
-        model(torch.ones(3, 4, device="xpu")).sum().backward()
-    dist.destroy_process_group()
-
-if __name__ == "__main__":
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-    log = os.path.join(tempfile.mkdtemp(), "stderr%d")
-    mp.spawn(run, args=(port, log), nprocs=2)
-    print(json.dumps([open(log % rank).read() for rank in range(2)]))
-"""
-    )
-    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
-    for stderr in json.loads(out.strip().splitlines()[-1]):
-        assert "Time stats are currently only collected" not in stderr

@@ -17,10 +17,9 @@
 //
 // One file per concern: topology.cpp (configuration, devices), queues.cpp (the asynchronous stream model),
 // device_guard.cpp, allocator.cpp (caching and pinned allocators), generator.cpp, hooks.cpp, kernels.cpp (the XPU
-// kernels; SDPA's backend choice in sdpa.cpp, SyncBatchNorm's in batch_norm.cpp), fallback.cpp (the boxed CPU
-// fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream sanitizer), xccl.cpp (the collective
-// backend), reducer_xpu.cpp (DDP's timer), deterministic.cpp (determinism alerts), xpu_ops.cpp (which operators the
-// modelled release implements for XPU).
+// kernels; SDPA's backend choice in sdpa.cpp, SyncBatchNorm's in batch_norm.cpp), fallback.cpp (the boxed CPU fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream
+// sanitizer), xccl.cpp (the collective backend), reducer_timer.cpp (DDP's timer for xpu), deterministic.cpp
+// (determinism alerts), xpu_ops.cpp (which operators the modelled release implements for XPU).
 
 #pragma once
 
