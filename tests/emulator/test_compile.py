@@ -165,6 +165,18 @@ import copy, json, os, socket, torch, torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+class Net(torch.nn.Module):
+    # a module of the user's (Dynamo compiles no frame of torch.nn's own modules that DDP's forward calls)
+    def __init__(self):
+        super().__init__()
+        # 1 MiB of weights in the middle: DDPOptimizer splits the graph where DDP's first bucket (1 MiB) ends
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.Linear(512, 16)
+        )
+
+    def forward(self, x):
+        return self.layers(x)
+
 def train(model, steps, rank):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(steps):
@@ -179,10 +191,7 @@ def worker(rank, port, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("xccl", rank=rank, world_size=2, device_id=torch.device("xpu", rank))
     torch.manual_seed(0)
-    # 1 MiB of weights in the middle: Dynamo's DDPOptimizer splits the graph where DDP's first bucket (1 MiB) ends
-    net = torch.nn.Sequential(
-        torch.nn.Linear(16, 512), torch.nn.GELU(), torch.nn.Linear(512, 512), torch.nn.Linear(512, 16)
-    ).to("xpu")
+    net = Net().to("xpu")
     reference = copy.deepcopy(net)
     compiled = torch.compile(DDP(net))
     train(compiled, 2, rank)
@@ -190,7 +199,7 @@ def worker(rank, port, queue):
     from torch._dynamo.utils import counters
     err = max((a - b).abs().max().item() for a, b in zip(net.parameters(), reference.parameters()))
     subgraphs = counters["aot_autograd"]["total"]
-    queue.put((rank, [str(net[0].weight.device), err, dist.get_backend(), subgraphs]))
+    queue.put((rank, [str(net.layers[0].weight.device), err, dist.get_backend(), subgraphs]))
     dist.destroy_process_group()
 
 if __name__ == "__main__":
