@@ -10,6 +10,10 @@ import json
 
 import pytest
 
+# seconds a test's process may take with inductor's cache cold: a g++ run per graph, two processes at a time on two
+# cores beside other work
+COLD = 900
+
 _MODEL = """
 import json, sys
 import torch
@@ -67,6 +71,7 @@ r["graph_breaks"] = sum(counters["graph_break"].values())
 print(json.dumps(r))
 """,
         devices=1,
+        timeout=COLD,
     )
     r = _last_json(out)
     device, out_err, grad_err = r["fp32"]
@@ -104,6 +109,7 @@ print(json.dumps({
 }))
 """,
         devices=1,
+        timeout=COLD,
     )
     r = _last_json(out)
     assert r["same_xpu_seed"] is True  # the CPU generator's seed plays no part
@@ -123,6 +129,7 @@ y = fn(x, w)
 print(json.dumps([str(y.device), torch.xpu.current_device(), (y - (torch.relu(x @ w) + x.sum())).abs().max().item()]))
 """,
         devices=2,
+        timeout=COLD,
     )
     device, current, err = _last_json(out)
     assert device == "xpu:1"
@@ -151,6 +158,7 @@ for mode in ("reduce-overhead", "max-autotune-no-cudagraphs"):
 print(json.dumps(r))
 """,
         devices=1,
+        timeout=COLD,
     )
     r = _last_json(out)
     assert r["dynamic"][0] < 1e-5
@@ -214,7 +222,7 @@ if __name__ == "__main__":
 def test_compiled_ddp_on_two_ranks_over_xccl(run_emulated, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(_DDP)
-    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", timeout=900)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", timeout=COLD)
     for rank, (device, err, backend, subgraphs) in enumerate(_last_json(out)):
         assert device == f"xpu:{rank}"
         assert backend == "xccl"
@@ -249,6 +257,7 @@ print(json.dumps(r))
 """,
         devices=1,
         env={"LIGHTNING_XPU_EMULATOR_SANITIZER": "1"},
+        timeout=COLD,
     )
     r = _last_json(out)
     assert r["unordered"].startswith("XPU stream sanitizer: cpp_fused_add_sin_0 (argument 'arg0_1') on stream ")
@@ -284,6 +293,7 @@ print(json.dumps({
 """,
         devices=1,
         profile="arc-a770",
+        timeout=COLD,
     )
     r = _last_json(out)
     assert r["eager"].startswith("Required aspect fp64 is not supported on the device")
@@ -325,6 +335,7 @@ r["missing_op"] = attempt(histogram, torch.rand(8, 2, device="xpu"))
 print(json.dumps(r))
 """,
         devices=1,
+        timeout=COLD,
     )
     r = _last_json(out)
     assert r["scalar_first"] == "xpu:0"
@@ -353,6 +364,7 @@ from torch._inductor.codegen.common import get_scheduling_for_device
 print(json.dumps([eager, get_scheduling_for_device("xpu").__name__]))
 """,
         devices=1,
+        timeout=COLD,
     )
     eager, scheduling = _last_json(out)
     assert eager == []
