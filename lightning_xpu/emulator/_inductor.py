@@ -117,16 +117,19 @@ def install() -> None:
     _installed.append(True)
 
 
-class _NoCppWrapper:
-    """inductor's C++ wrapper (``cpp_wrapper=True``, AOTInductor) and FX wrapper for xpu: not emulated."""
+class _Refused(type):
+    """Any use of the class raises: inductor reads attributes of a wrapper class before creating one."""
 
-    @staticmethod
-    def create(*args: Any, **kwargs: Any) -> Any:
+    def __getattr__(cls, name: str) -> Any:
         raise RuntimeError(
             "The emulated XPU runs torch.compile with inductor's Python wrapper only: "
             "torch._inductor.config.cpp_wrapper, fx_wrapper and AOTInductor (torch._inductor.aoti_compile_and_package) "
             "are not emulated. Leave them off on the emulator; they run on a real Intel GPU."
         )
+
+
+class _NoCppWrapper(metaclass=_Refused):
+    """inductor's C++ wrapper (``cpp_wrapper=True``, AOTInductor) and FX wrapper for xpu: not emulated."""
 
 
 def _wrapper_classes(python_wrapper: type, subgraph_wrapper: type) -> tuple[type, type]:

@@ -361,11 +361,18 @@ for _ in range(2):
 eager = sorted(m for m in ("torch._inductor.compile_fx", "torch._inductor.codegen.cpp") if m in sys.modules)
 torch.compile(lambda t: t + 1)(torch.ones(2, device="xpu"))
 from torch._inductor.codegen.common import get_scheduling_for_device
-print(json.dumps([eager, get_scheduling_for_device("xpu").__name__]))
+try:
+    torch.compile(lambda t: t * 2, options={"cpp_wrapper": True})(torch.ones(2, device="xpu"))
+    refused = "compiled"
+except Exception as e:
+    refused = str(e)
+print(json.dumps([eager, get_scheduling_for_device("xpu").__name__, refused]))
 """,
         devices=1,
         timeout=COLD,
     )
-    eager, scheduling = _last_json(out)
+    eager, scheduling, refused = _last_json(out)
     assert eager == []
     assert scheduling == "CppScheduling"
+    # what cannot run here says so, instead of a TritonMissing that sends the user looking for Triton
+    assert "The emulated XPU runs torch.compile with inductor's Python wrapper only" in refused
