@@ -16,10 +16,7 @@ first compilation with inductor), so a process that never compiles never imports
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +32,9 @@ _installed: list[bool] = []
 
 def install_when_imported() -> None:
     """Install the backend once ``torch._inductor.compile_fx`` is imported (now, if it already is)."""
-    if _TRIGGER in sys.modules:
-        install()
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    from lightning_xpu.emulator._startup import run_after_import
 
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds ``torch._inductor.compile_fx`` through the other finders and installs the backend after its body ran."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != _TRIGGER:
-            return None
-        sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_install(module: Any) -> None:
-            exec_module(module)
-            install()
-
-        spec.loader.exec_module = exec_then_install  # type: ignore[method-assign]
-        return spec
+    run_after_import(_TRIGGER, install)
 
 
 def install() -> None:
