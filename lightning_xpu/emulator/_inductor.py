@@ -49,6 +49,8 @@ def install() -> None:
 
     wrapper, subgraph_wrapper = _wrapper_classes(PythonWrapperCodegen, SubgraphPythonWrapperCodegen)
 
+    source_digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
     class CacheKey(CustomGraphModulePass):
         """Changes nothing; its uuid puts this module's source into the key of inductor's caches, so that a cached
         graph compiled by another version of the emulated backend is never loaded."""
@@ -57,7 +59,7 @@ def install() -> None:
             return None
 
         def uuid(self) -> str:
-            return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+            return source_digest
 
     common.register_backend_for_device(
         "xpu", CppScheduling, wrapper, _NoCppWrapper, _NoCppWrapper, device_custom_pass=CacheKey()
