@@ -1,16 +1,18 @@
 """LitGPT's ``pretrain`` as its users call it (``litgpt.pretrain.setup``, LitGPT's default ``torch.compile`` and
 precision), with a tiny GPT from random weights on random tokens: nothing is downloaded, no tokenizer is needed.
 
-    python pretrain_tiny.py OUT_DIR DEVICES
+    python pretrain_tiny.py tiny --out_dir OUT_DIR --devices N
 
-Fabric's launcher starts this script again for ranks 1..N-1. Each rank prints one JSON line (``rank-result``): the
-device its tensors were on, the peak memory the XPU allocator handed out, and inductor's counters.
+The arguments are those of ``litgpt pretrain`` (``litgpt.pretrain.setup``): LitGPT parses the command line again when
+it saves the final checkpoint's ``hyperparameters.yaml``. Fabric's launcher starts this script again for ranks 1..N-1.
+Each rank prints one JSON line (``rank-result``): the peak memory the XPU allocator handed out, and inductor's
+counters.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -78,4 +80,9 @@ def main(out_dir: Path, devices: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_name", choices=["tiny"])
+    parser.add_argument("--out_dir", type=Path, required=True)
+    parser.add_argument("--devices", type=int, required=True)
+    args = parser.parse_args()
+    main(args.out_dir, args.devices)

@@ -31,7 +31,7 @@ def test_pretrain_with_default_compile(devices, tmp_path):
 
     assert torch.xpu.device_count() >= devices, "run with LIGHTNING_XPU_EMULATOR=2 or on two Intel GPUs"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path / "out"), str(devices)],
+        [sys.executable, str(SCRIPT), "tiny", "--out_dir", str(tmp_path / "out"), "--devices", str(devices)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
