@@ -7,7 +7,7 @@ Everything above code generation stays inductor's XPU path: Dynamo's guards on x
 decompositions and lowerings inductor picks for a GPU device, the device guard and stream of the wrapper, and the
 extern kernels (``mm``, convolution, SDPA, ...), which are aten calls through the emulator's operator table.
 
-Each fused kernel is launched as a kernel on the device is: on the current stream of its device (the stream sanitizer
+Each fused kernel is launched as a device kernel is: on the current stream of its device (the stream sanitizer
 sees its reads and writes), refusing host memory as Intel's Triton launcher does, and refusing fp64 on devices
 without it. Installed lazily: :func:`install_when_imported` waits for ``torch._inductor.compile_fx`` (imported by the
 first compilation with inductor), so a process that never compiles never imports inductor because of the emulator.
@@ -47,7 +47,7 @@ def install() -> None:
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
-    wrapper, subgraph_wrapper = _wrapper_classes(PythonWrapperCodegen, SubgraphPythonWrapperCodegen)
+    wrapper, _ = _wrapper_classes(PythonWrapperCodegen, SubgraphPythonWrapperCodegen)
 
     source_digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
@@ -64,8 +64,9 @@ def install() -> None:
     common.register_backend_for_device(
         "xpu", CppScheduling, wrapper, _NoCppWrapper, _NoCppWrapper, device_custom_pass=CacheKey()
     )
-    # Inductor keeps "xpu" a GPU type (utils.GPU_TYPES): lowering, decompositions, device guards and streams stay
-    # those of an Intel GPU. Only the scheduler's questions about how to generate code get the CPU's answers.
+    # torch internals (inductor's scheduler, torch 2.13): inductor keeps "xpu" a GPU type (utils.GPU_TYPES), so
+    # lowering, decompositions, device guards and streams stay those of an Intel GPU; only the scheduler's questions
+    # about how to generate code (SIMD groups or C++ loops, loop merging, fusion) get the CPU's answers.
     original_is_gpu = scheduler.BaseSchedulerNode.is_gpu
 
     def is_gpu(self: Any) -> bool:
@@ -83,7 +84,7 @@ def install() -> None:
     def create_backend(self: Any, device: Any) -> Any:
         if device.type != "xpu":
             return original_create_backend(self, device)
-        # the C++ backend needs no Triton (inductor's own check would raise TritonMissing for a GPU type)
+        # torch internals: as Scheduler.create_backend, without its Triton check (TritonMissing for a GPU type)
         from torch._inductor.virtualized import V
 
         V.graph.add_device_info(device)
