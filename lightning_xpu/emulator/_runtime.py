@@ -110,9 +110,10 @@ def enable(num_devices: int, profile_key: str) -> None:
         _install_torch_xpu(torch, num_devices, prof, versions)
         atexit.register(_stop_autograd_device_threads, ext, os.getpid())
         _state.update(native=ext, num_devices=num_devices, profile=prof, torch_profile=versions)
-        from lightning_xpu.emulator import _distributed
+        from lightning_xpu.emulator import _distributed, _inductor
 
         _distributed.install()
+        _inductor.install_when_imported()  # torch.compile's default backend, once inductor is imported
 
 
 def _sanitizer_setting() -> bool:

@@ -21,6 +21,23 @@ at::Tensor host_view(const at::Tensor& t) {
 
 void register_xccl(py::module& m);  // xccl.cpp (declared here: emulator.h stays free of pybind11)
 
+// A kernel that torch.compile generated for xpu (lightning_xpu/emulator/_inductor.py runs it on the host right after):
+// enqueued on the current stream of its device like any operator, so the stream model and the sanitizer see its reads
+// and writes. `written[i]`: whether the kernel writes tensors[i] (`names[i]` names it in the sanitizer's message).
+void launch_kernel(const std::string& kernel, c10::DeviceIndex device, const std::vector<at::Tensor>& tensors,
+                   const std::vector<bool>& written, const std::vector<std::string>& names) {
+  check_not_bad_fork();
+  const auto d = resolve(device);
+  check_index(d);
+  const auto stream = current_stream_id(d);
+  const auto seq = enqueue(d, stream);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK(tensors[i].device() == c10::Device(kXPU, d), "compiled kernel ", kernel, " on xpu:",
+                static_cast<int>(d), " got argument '", names[i], "' on ", tensors[i].device());
+    sanitizer_access_at(tensors[i], written[i], stream, seq, kernel.c_str(), names[i].c_str());
+  }
+}
+
 py::dict stat_array(const c10::CachingAllocator::StatArray& a) {
   static const char* names[] = {"all", "small_pool", "large_pool"};
   py::dict d;
@@ -169,6 +186,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     torch::autograd::Engine::get_default_engine().stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let them take/drop the GIL and exit
   });
+  m.def("launch_kernel", &launch_kernel, "Enqueue a compiled kernel's accesses on its device's current stream.");
   m.def("host_view", &host_view, "A CPU tensor over the same host memory as an xpu tensor (no copy).");
   register_xccl(m);
 }
