@@ -122,7 +122,8 @@ def markdown(by_file: dict[str, list[Case]], torch_release: tuple[int, int], dev
     for name, cases in by_file.items():
         counts = {o: sum(c.outcome == o for c in cases) for o in ("passed", "failed", "error", "skipped")}
         lines += [f"### `{name}`: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n), "",
-                  "| test | outcome | why it cannot pass on the emulator (a failure), or the skip reason |", "|---|---|---|"]
+                  "| test | outcome | why it cannot pass on the emulator (a failure), or the skip reason |",
+                  "|---|---|---|"]
         for c in cases:
             why = expected_failure(c.id, torch_release, device) if c.outcome in ("failed", "error") else None
             note = why or (c.message if c.outcome != "passed" else "")
