@@ -455,3 +455,27 @@ def test_premul_sum_follows_the_release(run_emulated, tmp_path, release):
             # the in-place multiplication by the float factor refuses integer tensors, as torch's mul_ does there
             assert r["int"] == ["RuntimeError", "result type Float can't be cast to the desired output type Int"]
             assert r["reduce_scatter"] == [[6.0, 6.0], [2.0 * (rank + 1)] * 4]  # scaled in place, as there
+
+
+_BACKEND_OBJECT = """
+import datetime, gc, json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+torch.xpu.set_device(0)
+dist.init_process_group("xccl", timeout=datetime.timedelta(seconds=50))
+gc.collect()
+backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("xpu"))
+r = [isinstance(backend, dist.ProcessGroupXCCL), type(backend).__qualname__,
+     backend.options._timeout.total_seconds(), backend.options.group_name != ""]
+dist.destroy_process_group()
+print(json.dumps(r))
+"""
+
+
+def test_the_xpu_backend_is_a_process_group_xccl_with_its_options(run_emulated):
+    # pg._get_backend(xpu) is the ProcessGroupXCCL c10d built, with the Options it was built with (PyTorch's
+    # test_c10d_xccl.py reads backend.options._timeout), also after c10d dropped its own reference
+    out = run_emulated(_BACKEND_OBJECT, devices=1)
+    assert json.loads(out) == [True, "ProcessGroupXCCL", 50.0, True]

@@ -132,17 +132,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_index(d);
     return std::make_tuple(tl_stream[d], d, static_cast<int>(kXPU));
   });
+  m.def("sycl_queue", &sycl_queue_handle, "The sycl_queue value of a stream (device, stream id).");
+  m.def("stream_priority", &stream_priority, "The priority of a stream (device, stream id): 1, 0 or -1.");
+  m.def("event_elapsed_time", [](uintptr_t start, uintptr_t end) {
+    return event_elapsed_ms(reinterpret_cast<void*>(start), reinterpret_cast<void*>(end));
+  }, "Milliseconds between two completed events, given their event_id.");
   m.def("set_stream", [](int64_t id, c10::DeviceIndex d, int) {
     check_index(d);
     tl_device = d;
     tl_stream[d] = id;
   });
-  m.def("synchronize", [](c10::DeviceIndex d) {
-    check_index(resolve(d));
-    counters.synchronize++;
-    complete_device(resolve(d));
+  m.def("synchronize", &synchronize_device);
+  m.def("empty_cache", [](c10::MempoolId_t id) { allocator.emptyCache(id); }, py::arg("pool") = c10::MempoolId_t{0, 0});
+  // torch.xpu.MemPool and use_mem_pool (_runtime.py's MemPool base and torch._C._xpu_*Pool functions)
+  m.def("pool_create_or_incref", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.create_or_incref_pool(resolve(d), id);
   });
-  m.def("empty_cache", []() { allocator.emptyCache({0, 0}); });
+  m.def("pool_release", [](c10::DeviceIndex d, c10::MempoolId_t id) { allocator.release_pool(resolve(d), id); });
+  m.def("pool_use_count", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    return allocator.pool_use_count(resolve(d), id);
+  });
+  m.def("pool_begin_allocate", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.begin_allocate_to_pool(resolve(d), id);
+  });
+  m.def("pool_end_allocate", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.end_allocate_to_pool(resolve(d), id);
+  });
   m.def("memory_stats", &memory_stats);
   m.def("reset_peak_memory_stats", [](c10::DeviceIndex d) { allocator.resetPeakStats(resolve(d)); });
   m.def("reset_accumulated_memory_stats", [](c10::DeviceIndex d) { allocator.resetAccumulatedStats(resolve(d)); });
@@ -150,7 +165,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_memory_fraction", [](double f, c10::DeviceIndex d) {
     d = resolve(d);
     check_index(d);
-    TORCH_CHECK(f > 0 && f <= 1, "invalid fraction: ", f, ". Please set within (0, 1].");
+    // XPUCachingAllocator::setMemoryFraction: a ValueError
+    TORCH_CHECK_VALUE(f > 0 && f <= 1, "invalid fraction:", f, ". Please set within (0, 1].");
     memory_fraction[d] = f;
   });
   m.def("get_memory_fraction", [](c10::DeviceIndex d) {
