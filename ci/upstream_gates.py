@@ -1,0 +1,396 @@
+"""Upstream's gates at every pull request of the series, so that a reviewer's first run finds nothing new.
+
+The pull requests are the sections of ``patches/master/COVER.md`` (``## PR N: title (patches a-b)``, each with a
+``**Needs:**`` line); the release series and the master variant share their numbering. For each pull request's end
+(the series applied through its last patch) this runs, against the base:
+
+1. upstream's pre-commit hooks for Python at their pinned versions, each in an environment of its own and with the
+   base's ``pyproject.toml``: ``ruff check`` and ``ruff format`` on the whole tree, ``docformatter`` (its
+   ``--in-place`` rewrite, checked) on the Python files and ``codespell`` on the text files the series touched;
+2. mypy as upstream's ``code-checks.yml`` runs it (``requirements/typing.txt``: mypy 1.20.0, torch 2.9.1 installed
+   without its NVIDIA libraries); errors compared by file and message;
+3. upstream's CPU tests of the touched test files on torch 2.1.2 (``--torch`` another release), patched against
+   unpatched;
+
+and it applies each pull request onto exactly what its ``**Needs:**`` line names. Only what the series adds counts: a
+finding the base already has is upstream's.
+
+With ``$LIGHTNING_UPSTREAM_CHECKOUT`` (a clone of upstream with the master variant's base commit) the master variant
+(``patches/master``) is checked on that commit, pins from its ``.pre-commit-config.yaml`` and
+``requirements/typing.txt``, tests from upstream's own files. Without one (this project's CI) the release series
+(``patches/``) is checked on the 2.6.6 sdists, which carry the same source changes: pins from
+``ci/upstream_pins.toml``, tests from the series' own files (the sdists have no tests). The run says which.
+
+    python ci/upstream_gates.py [--steps cover,needs,hooks,mypy,tests] [--torch 2.1.2] [--report FILE]
+    python ci/upstream_gates.py --matrix        # the tests step on every torch of upstream's matrix, final series
+
+Exit status: 0 when the series adds nothing, 1 when a gate finds something, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's tooling checks this checkout's series
+
+from ci.bisect_series import base_tree  # noqa: E402
+from ci.gates import hooks, pins, torch_tests, typecheck  # noqa: E402
+from ci.gates.cover import PullRequest, parse_cover  # noqa: E402
+from ci.gates.venvs import ensure_venv, executable  # noqa: E402
+from ci.junit import Case, summary  # noqa: E402
+from lightning_xpu.apply import PatchFailed, apply_to_tree  # noqa: E402
+from lightning_xpu.errors import ToolError  # noqa: E402
+from lightning_xpu.series import Series, load_series  # noqa: E402
+from lightning_xpu.upstream import CHECKOUT_VAR, export_tree, load_upstream_base, resolve_checkout  # noqa: E402
+
+STEPS = ("cover", "needs", "hooks", "mypy", "tests")
+HOOKS = ("ruff check", "ruff format", "docformatter", "codespell")
+MATRIX_REPORT = REPO / "benchmarks" / "results" / "upstream-matrix.md"
+_SEEN_BY_TESTS = ("src/", "tests/")
+
+
+@dataclass
+class EndReport:
+    """What the gates found at one pull request's end."""
+
+    pr: PullRequest
+    findings: dict[str, list[str]] = field(default_factory=dict)  # gate -> findings
+    notes: dict[str, str] = field(default_factory=dict)  # gate -> what ran (counts), or why it did not
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.findings.values())
+
+
+@dataclass
+class Context:
+    """One run: the series, its base, the pull requests and where the tools live."""
+
+    series: Series
+    prs: list[PullRequest]
+    base: Path
+    upstream: bool  # True: the master variant on an upstream commit (its tests are upstream's own)
+    venvs: Path
+    scratch: Path
+    workers: int
+    pins: pins.Pins
+    made: list[str] = field(default_factory=list)  # environments made in this run, with their cost
+
+    def patches(self, prs: list[PullRequest]) -> Series:
+        chosen = [p for pr in prs for p in self.series.patches[pr.first - 1:pr.last]]
+        return Series(self.series.directory, tuple(chosen))
+
+    def touched(self, pr: PullRequest) -> list[str]:
+        """Every file the series touches up to ``pr``'s end."""
+        return list(Series(self.series.directory, self.series.patches[:pr.last]).files)
+
+
+def check_needs(ctx: Context) -> dict[int, str]:
+    """Apply each pull request onto the base plus exactly the pull requests its Needs line names: ``{PR: error}``."""
+    failures = {}
+    for pr in ctx.prs:
+        needed = [p for p in ctx.prs if p.number in pr.needs]
+        try:
+            apply_to_tree(ctx.patches([*needed, pr]), ctx.base, check=True)
+        except PatchFailed as err:
+            onto = "the bare base" if not needed else "the base + " + ", ".join(f"PR {p.number}" for p in needed)
+            failures[pr.number] = (f"PR {pr.number} does not apply onto {onto} (its Needs line: "
+                                   f"\"{pr.needs_text}\"): {str(err).split('; ')[0]}")
+    return failures
+
+
+def hook_tools(ctx: Context, from_path: bool, log) -> dict[str, str]:
+    """Each hook's executable: in an environment of its own at upstream's pin, or (``from_path``) the one on PATH."""
+    if not from_path:
+        return {name: executable(ensure_venv(ctx.venvs, f"{name}-{hook.version}", [hook.requirements], ctx.made),
+                                 name) for name, hook in ctx.pins.hooks.items()}
+    tools = {}
+    for name in ctx.pins.hooks:
+        found = shutil.which(name)
+        if found is None:
+            raise ToolError(f"--tools-from-path: no `{name}` on PATH")
+        tools[name] = found
+        version = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.strip()
+        log(f"hooks: {name} from PATH ({version or 'version unknown'}), not upstream's pin {ctx.pins.hooks[name].version}")
+    return tools
+
+
+def run_hooks(tools: dict[str, str], tree: Path, files: list[str], upstream: bool) -> dict[str, list[hooks.Record]]:
+    with nullcontext() if upstream else hooks.upstream_test_packages(tree):
+        return {
+            "ruff check": hooks.ruff_check(tools["ruff"], tree),
+            "ruff format": hooks.ruff_format(tools["ruff"], tree),
+            "docformatter": hooks.docformatter(tools["docformatter"], tree, files),
+            "codespell": hooks.codespell(tools["codespell"], tree, files),
+        }
+
+
+def test_files(ctx: Context, tree: Path, files: list[str]) -> list[str]:
+    """The upstream test files among ``files`` that exist in ``tree``, relative to ``tree/tests``."""
+    return sorted(f[len("tests/"):] for f in files if f.startswith("tests/") and Path(f).name.startswith("test_")
+                  and f.endswith(".py") and (tree / f).is_file())
+
+
+def run_tests(ctx: Context, python: Path, tree: Path, files: list[str], name: str) -> list[Case]:
+    junit = ctx.scratch / f"junit-{name}.xml"
+    if ctx.upstream:
+        return torch_tests.run_upstream_files(python, tree, files, junit, ctx.workers)
+    return torch_tests.run_series_tests(python, tree, junit, ctx.workers)
+
+
+def gate(ctx: Context, steps: set[str], torch: str, log, tools_from_path: bool = False) -> list[EndReport]:
+    """Walk the pull requests' ends in one tree, running the chosen gates at each against the base."""
+    tree = ctx.scratch / "tree"
+    shutil.copytree(ctx.base, tree, symlinks=True)
+    all_files = list(ctx.series.files)
+    tools = hook_tools(ctx, tools_from_path, log) if "hooks" in steps else {}
+    base_hooks = run_hooks(tools, tree, all_files, ctx.upstream) if tools else {}
+    mypy_python = base_errors = None
+    if "mypy" in steps:
+        reqs, left_out = typecheck.requirement_steps(ctx.base, ctx.pins.typing)
+        mypy_python = ensure_venv(ctx.venvs, "mypy", reqs, ctx.made)
+        version = typecheck.probe_torch(mypy_python, ctx.scratch / "probe")
+        log(f"mypy: torch {version} (no NVIDIA libraries; a probe confirmed mypy sees its types)"
+            + (f"; left out of Lightning's extras: {'; '.join(left_out)}" if left_out else ""))
+        started = time.monotonic()
+        base_errors = typecheck.run_mypy(mypy_python, tree, ctx.scratch / "mypy-cache")
+        log(f"mypy on the base: {len(base_errors)} error(s) ({time.monotonic() - started:.0f}s)")
+    test_python = base_cases = None
+    if "tests" in steps:
+        test_python = ensure_venv(ctx.venvs, f"tests-torch{torch}{'-upstream' if ctx.upstream else ''}",
+                                  torch_tests.venv_steps(torch, ctx.upstream), ctx.made)
+        base_cases = []
+        if ctx.upstream:
+            started = time.monotonic()
+            base_cases = run_tests(ctx, test_python, tree, test_files(ctx, tree, all_files), "base")
+            log(f"tests on torch {torch}, unpatched: {summary(base_cases)} ({time.monotonic() - started:.0f}s)")
+
+    reports: list[EndReport] = []
+    for pr in ctx.prs:
+        report = EndReport(pr)
+        reports.append(report)
+        try:
+            apply_to_tree(ctx.patches([pr]), tree)
+        except PatchFailed as err:
+            report.findings["apply"] = [f"the series does not apply at {pr.label}: {err}"]
+            log(f"== {pr.label}: the series does not apply; later pull requests not checked")
+            break
+        files = ctx.touched(pr)
+        retest = any(f.startswith(_SEEN_BY_TESTS) for p in ctx.patches([pr]).patches for f in p.files)
+        started = time.monotonic()
+        if tools:
+            for name, records in run_hooks(tools, tree, files, ctx.upstream).items():
+                report.findings[name] = hooks.new_records(base_hooks[name], records)
+        if mypy_python is not None:
+            if retest or len(reports) == 1:
+                errors = typecheck.run_mypy(mypy_python, tree, ctx.scratch / "mypy-cache")
+                report.findings["mypy"] = [str(e) for e in typecheck.new_errors(base_errors, errors)]
+                report.notes["mypy"] = f"{len(errors)} error(s) in all, the base {len(base_errors)}"
+            else:
+                report.findings["mypy"] = list(reports[-2].findings.get("mypy", []))
+                report.notes["mypy"] = f"as at PR {pr.number - 1}'s end: {pr.label} changes no source"
+        if test_python is not None:
+            report.findings["tests"], report.notes["tests"] = end_tests(ctx, test_python, tree, files, base_cases,
+                                                                        torch, retest, reports)
+        log(format_end(report, time.monotonic() - started))
+    return reports
+
+
+def end_tests(ctx: Context, python: Path, tree: Path, files: list[str], base_cases: list[Case], torch: str,
+              retest: bool, reports: list[EndReport]) -> tuple[list[str], str]:
+    if not retest and len(reports) > 1:
+        previous = reports[-2]
+        return list(previous.findings.get("tests", [])), f"as at PR {previous.pr.number}'s end: no source or test changes"
+    tests = test_files(ctx, tree, files)
+    cases = run_tests(ctx, python, tree, tests, f"pr{reports[-1].pr.number}")
+    before = torch_tests.in_files(base_cases, tests)
+    where = f"{len(tests)} upstream test file(s)" if ctx.upstream else "the series' test files"
+    note = (f"torch {torch}, {where}: unpatched {summary(before) if ctx.upstream else 'none (the sdists have no tests)'}"
+            f"; patched {summary(cases)}")
+    return torch_tests.findings(before, cases), note
+
+
+def format_end(report: EndReport, seconds: float | None = None) -> str:
+    pr = report.pr
+    took = f" ({seconds:.0f}s)" if seconds is not None else ""
+    lines = [f"== PR {pr.number} end, {pr.label}: {pr.title}: {report.count} finding(s){took}"]
+    for name, found in report.findings.items():
+        note = f" [{report.notes[name]}]" if name in report.notes else ""
+        lines.append(f"   {name}: {len(found) if found else 'nothing new'}{note}")
+        lines += [f"     {line}" for finding in found for line in finding.splitlines()]
+    return "\n".join(lines)
+
+
+def markdown(ctx: Context, mode: str, needs: dict[int, str] | None, stale: list[str], reports: list[EndReport],
+             torch: str) -> str:
+    out = ["# Upstream's gates at every pull request's end", "", mode, ""]
+    if stale:
+        out += ["## ci/upstream_pins.toml is stale", "", *(f"- {s}" for s in stale), ""]
+    if needs is not None:
+        out += ["## Needs lines", ""]
+        out += [f"- PR {pr.number} (needs: {', '.join(f'PR {n}' for n in pr.needs) or 'nothing'}): "
+                + (f"**does not apply**: {needs[pr.number]}" if pr.number in needs else "applies")
+                for pr in ctx.prs]
+        out.append("")
+    for report in reports:
+        pr = report.pr
+        out += [f"## PR {pr.number} end ({pr.label.split('(')[1].rstrip(')')}): {pr.title}", ""]
+        for name, found in report.findings.items():
+            note = f" ({report.notes[name]})" if name in report.notes else ""
+            title = f"tests on torch {torch}" if name == "tests" else name
+            out.append(f"- **{title}**: {len(found) if found else 'nothing new'}{note}")
+            if found:
+                out.append("")
+                out.append("  ```")
+                out += [f"  {line}" for finding in found for line in finding.splitlines()]
+                out.append("  ```")
+        out.append("")
+    return "\n".join(out)
+
+
+def load_context(ns: argparse.Namespace, scratch: Path) -> tuple[Context, str]:
+    """The series, base and pins of this run, and a sentence saying which mode it is in."""
+    checkout = os.environ.get(CHECKOUT_VAR)
+    upstream = bool(checkout) if ns.series is None else (ns.series / "base.toml").is_file() and \
+        "upstream" in (ns.series / "base.toml").read_text()
+    series_dir = ns.series or (REPO / "patches" / "master" if upstream else REPO / "patches")
+    series = load_series(series_dir.resolve())
+    prs = parse_cover(ns.cover, len(series.patches), legacy=ns.legacy_cover)
+    if ns.base_tree:
+        base = ns.base_tree.resolve()
+        where = f"the base tree {base}"
+    elif upstream:
+        upstream_base = load_upstream_base(series.directory)
+        base = scratch / "base"
+        export_tree(resolve_checkout(None, upstream_base), upstream_base, base)
+        where = f"upstream {upstream_base.ref} at {upstream_base.short} (${CHECKOUT_VAR})"
+    else:
+        base = base_tree(series.directory)
+        where = "the lightning 2.6.6 sdist"
+    recorded = pins.from_pin_file()
+    ctx = Context(series, prs, base, upstream, ns.venvs.resolve(), scratch, ns.workers,
+                  pins.from_base(base, recorded))
+    if upstream:
+        mode = (f"Mode: the master variant ({series.directory}) on {where}; pins from {ctx.pins.source}; tests: "
+                "upstream's own test files that the series touches.")
+    else:
+        mode = (f"Mode: the release series ({series.directory}) on {where}, which carries the same source changes; "
+                f"pins from {ctx.pins.source}; tests: the series' own test files (the sdists have none of "
+                f"upstream's). Upstream's own tests patched vs unpatched, its .pre-commit-config.yaml and "
+                f"requirements/typing.txt need an upstream checkout: set ${CHECKOUT_VAR}.")
+    return ctx, mode
+
+
+def matrix(ctx: Context, versions: list[str], log) -> str:
+    """The tests step at the final pull request's end on each torch release; the markdown table of the results."""
+    last = ctx.prs[-1]
+    tree = ctx.scratch / "matrix-tree"
+    shutil.copytree(ctx.base, tree, symlinks=True)
+    files_all = list(ctx.series.files)
+    base_files = test_files(ctx, tree, files_all)
+    base_copy = ctx.scratch / "matrix-base"
+    shutil.copytree(tree, base_copy, symlinks=True)
+    apply_to_tree(ctx.patches(ctx.prs), tree)
+    rows = []
+    for torch in versions:
+        name = f"tests-torch{torch}{'-upstream' if ctx.upstream else ''}"
+        started = time.monotonic()
+        python = ensure_venv(ctx.venvs, name, torch_tests.venv_steps(torch, ctx.upstream), ctx.made)
+        before = run_tests(ctx, python, base_copy, base_files, f"m{torch}-base") if ctx.upstream else []
+        after = run_tests(ctx, python, tree, test_files(ctx, tree, files_all), f"m{torch}-end")
+        found = torch_tests.findings(before, after)
+        rows.append((torch, summary(before) if ctx.upstream else "(no tests)", summary(after), found))
+        log(f"torch {torch}: unpatched {rows[-1][1]}; patched {rows[-1][2]}; {len(found)} finding(s) "
+            f"({time.monotonic() - started:.0f}s)")
+        for line in found:
+            log(f"   {line}")
+        shutil.rmtree(python.parent.parent, ignore_errors=True)  # one torch on disk at a time (several GB each)
+    what = "upstream's own test files the series touches" if ctx.upstream else "the series' own test files"
+    out = ["# Upstream's CPU tests on upstream's torch matrix, patched vs unpatched", "",
+           f"`python ci/upstream_gates.py --matrix` at the end of PR {last.number} (the whole series), {what}, "
+           f"Python {sys.version_info.major}.{sys.version_info.minor}, PyPI's builds of torch, CPU only.", "",
+           "| torch | unpatched | patched | findings |", "|---|---|---|---|"]
+    out += [f"| {t} | {b} | {a} | {len(f)} |" for t, b, a, f in rows]
+    for torch, _, _, found in rows:
+        if found:
+            out += ["", f"## torch {torch}", "", "```", *found, "```"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--series", type=Path, help="series directory (default: patches/master with "
+                        f"${CHECKOUT_VAR}, else patches/)")
+    parser.add_argument("--cover", type=Path, default=REPO / "patches" / "master" / "COVER.md",
+                        help="the cover letter whose `## PR N` sections are the pull requests")
+    parser.add_argument("--legacy-cover", action="store_true", help="also accept today's `(patch N)` heading of a "
+                        "one-patch pull request (until COVER.md writes `(patches N-N)`)")
+    parser.add_argument("--base-tree", type=Path, help="an unpacked base tree (default: the sdist, or the checkout's "
+                        "commit)")
+    parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
+    parser.add_argument("--torch", help="the torch release of the tests step (default: the oldest of upstream's "
+                        "matrix, ci/upstream_pins.toml)")
+    parser.add_argument("--matrix", action="store_true", help="run only the tests step, at the series' end, on every "
+                        f"torch of upstream's matrix, and write {MATRIX_REPORT.relative_to(REPO)}")
+    parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "lightning-xpu" / "gates",
+                        help="where the tools' environments live (tox: inside its environment, pruned with it)")
+    parser.add_argument("--tools-from-path", action="store_true", help="run the hooks found on PATH instead of "
+                        "upstream's pins (this repository's tests of the gates, which install nothing)")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for the tests step")
+    parser.add_argument("--report", type=Path, help="also write the findings as markdown to this file")
+    ns = parser.parse_args(argv)
+    steps = {s.strip() for s in ns.steps.split(",") if s.strip()}
+    if unknown := steps - set(STEPS):
+        parser.error(f"unknown step(s) {sorted(unknown)}; choose from {', '.join(STEPS)}")
+
+    started = time.monotonic()
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="lightning-xpu-gates-") as tmp:
+            ctx, mode = load_context(ns, Path(tmp))
+            log(f"upstream-gates: {len(ctx.series.patches)} patches as {len(ctx.prs)} pull requests "
+                f"({', '.join(f'PR {p.number}: {p.first}-{p.last}' for p in ctx.prs)})")
+            log(mode)
+            torch = ns.torch or ctx.pins.torch_matrix[0]
+            if ns.matrix:
+                text = matrix(ctx, list(ctx.pins.torch_matrix), log)
+                MATRIX_REPORT.write_text(text)
+                log(f"upstream-gates: wrote {MATRIX_REPORT} ({time.monotonic() - started:.0f}s)")
+                return 1 if "| 0 |" not in text.split("## torch")[0] or "## torch" in text else 0
+            stale = pins.stale_entries(ctx.pins, pins.from_pin_file()) if ctx.upstream else []
+            for line in stale:
+                log(f"STALE ci/upstream_pins.toml: {line}")
+            needs = check_needs(ctx) if "needs" in steps else None
+            for number, error in (needs or {}).items():
+                log(f"NEEDS: {error}")
+            if needs is not None and not needs:
+                log("needs: every pull request applies onto exactly what its Needs line names")
+            reports = gate(ctx, steps & {"hooks", "mypy", "tests"}, torch, log, ns.tools_from_path) if steps - {"cover", "needs"} else []
+            for line in ctx.made:
+                log(f"environment {line}")
+            if ns.report:
+                ns.report.write_text(markdown(ctx, mode, needs, stale, reports, torch))
+    except (ToolError, PatchFailed) as err:
+        print(f"upstream-gates: {err}", file=sys.stderr)
+        return 2
+    total = sum(r.count for r in reports) + len(needs or {}) + len(stale)
+    log(f"upstream-gates: {total} finding(s) over {len(reports)} pull request end(s) "
+        f"({time.monotonic() - started:.0f}s)")
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
