@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +122,8 @@ def hook_tools(ctx: Context, from_path: bool, log) -> dict[str, str]:
             raise ToolError(f"--tools-from-path: no `{name}` on PATH")
         tools[name] = found
         version = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.strip()
-        log(f"hooks: {name} from PATH ({version or 'version unknown'}), not upstream's pin {ctx.pins.hooks[name].version}")
+        log(f"hooks: {name} from PATH ({version or 'version unknown'}), not upstream's pin "
+            f"{ctx.pins.hooks[name].version}")
     return tools
 
 
@@ -148,82 +150,116 @@ def run_tests(ctx: Context, python: Path, tree: Path, files: list[str], name: st
     return torch_tests.run_series_tests(python, tree, junit, ctx.workers)
 
 
-def gate(ctx: Context, steps: set[str], torch: str, log, tools_from_path: bool = False) -> list[EndReport]:
-    """Walk the pull requests' ends in one tree, running the chosen gates at each against the base."""
-    tree = ctx.scratch / "tree"
+def walk(ctx: Context, name: str, reports: dict[int, EndReport], include_base: bool = False
+         ) -> Iterator[tuple[PullRequest | None, Path, bool]]:
+    """Copy the base to ``scratch/name`` and yield ``(pr, tree, retest)`` at each pull request's end (first
+    ``(None, tree, True)`` for the unpatched tree, with ``include_base``); ``retest``: the pull request changes
+    something under ``src/`` or ``tests/``. A pull request that does not apply ends the walk, recorded in its
+    report."""
+    tree = ctx.scratch / name
     shutil.copytree(ctx.base, tree, symlinks=True)
-    all_files = list(ctx.series.files)
-    tools = hook_tools(ctx, tools_from_path, log) if "hooks" in steps else {}
-    base_hooks = run_hooks(tools, tree, all_files, ctx.upstream) if tools else {}
-    mypy_python = base_errors = None
-    if "mypy" in steps:
-        reqs, left_out = typecheck.requirement_steps(ctx.base, ctx.pins.typing)
-        mypy_python = ensure_venv(ctx.venvs, "mypy", reqs, ctx.made)
-        version = typecheck.probe_torch(mypy_python, ctx.scratch / "probe")
-        log(f"mypy: torch {version} (no NVIDIA libraries; a probe confirmed mypy sees its types)"
-            + (f"; left out of Lightning's extras: {'; '.join(left_out)}" if left_out else ""))
-        started = time.monotonic()
-        base_errors = typecheck.run_mypy(mypy_python, tree, ctx.scratch / "mypy-cache")
-        log(f"mypy on the base: {len(base_errors)} error(s) ({time.monotonic() - started:.0f}s)")
-    test_python = base_cases = None
-    if "tests" in steps:
-        test_python = ensure_venv(ctx.venvs, f"tests-torch{torch}{'-upstream' if ctx.upstream else ''}",
-                                  torch_tests.venv_steps(torch, ctx.upstream), ctx.made)
-        base_cases = []
-        if ctx.upstream:
-            started = time.monotonic()
-            base_cases = run_tests(ctx, test_python, tree, test_files(ctx, tree, all_files), "base")
-            log(f"tests on torch {torch}, unpatched: {summary(base_cases)} ({time.monotonic() - started:.0f}s)")
-
-    reports: list[EndReport] = []
+    if include_base:
+        yield None, tree, True
     for pr in ctx.prs:
-        report = EndReport(pr)
-        reports.append(report)
         try:
             apply_to_tree(ctx.patches([pr]), tree)
         except PatchFailed as err:
-            report.findings["apply"] = [f"the series does not apply at {pr.label}: {err}"]
-            log(f"== {pr.label}: the series does not apply; later pull requests not checked")
-            break
-        files = ctx.touched(pr)
-        retest = any(f.startswith(_SEEN_BY_TESTS) for p in ctx.patches([pr]).patches for f in p.files)
+            reports[pr.number].findings["apply"] = [f"the series does not apply at {pr.label}: {err}"]
+            return
+        yield pr, tree, any(f.startswith(_SEEN_BY_TESTS) for p in ctx.patches([pr]).patches for f in p.files)
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def hooks_step(ctx: Context, reports: dict[int, EndReport], tools_from_path: bool, log) -> None:
+    tools = hook_tools(ctx, tools_from_path, log)
+    base = run_hooks(tools, ctx.base, list(ctx.series.files), ctx.upstream)
+    for pr, tree, _ in walk(ctx, "tree-hooks", reports):
+        assert pr is not None
+        for name, records in run_hooks(tools, tree, ctx.touched(pr), ctx.upstream).items():
+            reports[pr.number].findings[name] = hooks.new_records(base[name], records)
+        log(f"hooks at the end of {pr.label}: " + ", ".join(
+            f"{name} {len(reports[pr.number].findings[name])}" for name in HOOKS))
+
+
+def mypy_step(ctx: Context, reports: dict[int, EndReport], prune: bool, log) -> None:
+    reqs, left_out = typecheck.requirement_steps(ctx.base, ctx.pins.typing)
+    python = ensure_venv(ctx.venvs, "mypy", reqs, ctx.made)
+    version = typecheck.probe_torch(python, ctx.scratch / "probe")
+    log(f"mypy: torch {version} without its NVIDIA libraries; a probe confirmed that mypy sees its types"
+        + (f"; left out of Lightning's extras: {'; '.join(left_out)}" if left_out else ""))
+    cache = ctx.scratch / "mypy-cache"
+    base: list[typecheck.MypyError] = []
+    previous: EndReport | None = None
+    # the base is checked in the walk's own tree (before its first patch), so that every run shares one cache
+    for pr, tree, retest in walk(ctx, "tree-mypy", reports, include_base=True):
         started = time.monotonic()
-        if tools:
-            for name, records in run_hooks(tools, tree, files, ctx.upstream).items():
-                report.findings[name] = hooks.new_records(base_hooks[name], records)
-        if mypy_python is not None:
-            if retest or len(reports) == 1:
-                errors = typecheck.run_mypy(mypy_python, tree, ctx.scratch / "mypy-cache")
-                report.findings["mypy"] = [str(e) for e in typecheck.new_errors(base_errors, errors)]
-                report.notes["mypy"] = f"{len(errors)} error(s) in all, the base {len(base_errors)}"
-            else:
-                report.findings["mypy"] = list(reports[-2].findings.get("mypy", []))
-                report.notes["mypy"] = f"as at PR {pr.number - 1}'s end: {pr.label} changes no source"
-        if test_python is not None:
-            report.findings["tests"], report.notes["tests"] = end_tests(ctx, test_python, tree, files, base_cases,
-                                                                        torch, retest, reports)
-        log(format_end(report, time.monotonic() - started))
-    return reports
+        if pr is None:
+            base = typecheck.run_mypy(python, tree, cache)
+            log(f"mypy on the base: {len(base)} error(s) ({time.monotonic() - started:.0f}s)")
+            continue
+        report = reports[pr.number]
+        if retest or previous is None:
+            errors = typecheck.run_mypy(python, tree, cache)
+            report.findings["mypy"] = [str(e) for e in typecheck.new_errors(base, errors)]
+            report.notes["mypy"] = f"{len(errors)} error(s) in all, the base {len(base)}"
+        else:
+            report.findings["mypy"] = list(previous.findings.get("mypy", []))
+            report.notes["mypy"] = f"as at PR {previous.pr.number}'s end: {pr.label} changes no source"
+        previous = report
+        log(f"mypy at the end of {pr.label}: {len(report.findings['mypy'])} new ({time.monotonic() - started:.0f}s)")
+    if prune:
+        shutil.rmtree(python.parent.parent, ignore_errors=True)
 
 
-def end_tests(ctx: Context, python: Path, tree: Path, files: list[str], base_cases: list[Case], torch: str,
-              retest: bool, reports: list[EndReport]) -> tuple[list[str], str]:
-    if not retest and len(reports) > 1:
-        previous = reports[-2]
-        return list(previous.findings.get("tests", [])), f"as at PR {previous.pr.number}'s end: no source or test changes"
-    tests = test_files(ctx, tree, files)
-    cases = run_tests(ctx, python, tree, tests, f"pr{reports[-1].pr.number}")
-    before = torch_tests.in_files(base_cases, tests)
-    where = f"{len(tests)} upstream test file(s)" if ctx.upstream else "the series' test files"
-    note = (f"torch {torch}, {where}: unpatched {summary(before) if ctx.upstream else 'none (the sdists have no tests)'}"
-            f"; patched {summary(cases)}")
-    return torch_tests.findings(before, cases), note
+def tests_step(ctx: Context, reports: dict[int, EndReport], torch: str, prune: bool, log) -> None:
+    python = ensure_venv(ctx.venvs, f"tests-torch{torch}{'-upstream' if ctx.upstream else ''}",
+                         torch_tests.venv_steps(torch, ctx.upstream), ctx.made)
+    base_cases: list[Case] = []
+    if ctx.upstream:
+        started = time.monotonic()
+        base_cases = run_tests(ctx, python, ctx.base, test_files(ctx, ctx.base, list(ctx.series.files)), "base")
+        log(f"tests on torch {torch}, unpatched: {summary(base_cases)} ({time.monotonic() - started:.0f}s)")
+    previous: EndReport | None = None
+    for pr, tree, retest in walk(ctx, "tree-tests", reports):
+        assert pr is not None
+        report, started = reports[pr.number], time.monotonic()
+        if not retest and previous is not None:
+            report.findings["tests"] = list(previous.findings.get("tests", []))
+            report.notes["tests"] = f"as at PR {previous.pr.number}'s end: no source or test changes"
+        else:
+            tests = test_files(ctx, tree, ctx.touched(pr))
+            cases = run_tests(ctx, python, tree, tests, f"pr{pr.number}")
+            before = torch_tests.in_files(base_cases, tests)
+            unpatched = summary(before) if ctx.upstream else "none (the sdists have no tests)"
+            where = f"{len(tests)} upstream test file(s)" if ctx.upstream else "the series' test files"
+            report.findings["tests"] = torch_tests.findings(before, cases)
+            report.notes["tests"] = f"torch {torch}, {where}: unpatched {unpatched}; patched {summary(cases)}"
+        previous = report
+        log(f"tests at the end of {pr.label}: {len(report.findings['tests'])} finding(s) [{report.notes['tests']}] "
+            f"({time.monotonic() - started:.0f}s)")
+    if prune:
+        shutil.rmtree(python.parent.parent, ignore_errors=True)
 
 
-def format_end(report: EndReport, seconds: float | None = None) -> str:
+def gate(ctx: Context, steps: set[str], torch: str, log, tools_from_path: bool = False,
+         prune: bool = False) -> list[EndReport]:
+    """Each chosen gate at every pull request's end against the base, one gate at a time (so that each tool's
+    environment can go before the next is made: ``prune``)."""
+    reports = {pr.number: EndReport(pr) for pr in ctx.prs}
+    if "hooks" in steps:
+        hooks_step(ctx, reports, tools_from_path, log)
+    if "mypy" in steps:
+        mypy_step(ctx, reports, prune, log)
+    if "tests" in steps:
+        tests_step(ctx, reports, torch, prune, log)
+    for report in reports.values():
+        log(format_end(report))
+    return list(reports.values())
+
+
+def format_end(report: EndReport) -> str:
     pr = report.pr
-    took = f" ({seconds:.0f}s)" if seconds is not None else ""
-    lines = [f"== PR {pr.number} end, {pr.label}: {pr.title}: {report.count} finding(s){took}"]
+    lines = [f"== PR {pr.number} end, {pr.label}: {pr.title}: {report.count} finding(s)"]
     for name, found in report.findings.items():
         note = f" [{report.notes[name]}]" if name in report.notes else ""
         lines.append(f"   {name}: {len(found) if found else 'nothing new'}{note}")
@@ -346,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the tools' environments live (tox: inside its environment, pruned with it)")
     parser.add_argument("--tools-from-path", action="store_true", help="run the hooks found on PATH instead of "
                         "upstream's pins (this repository's tests of the gates, which install nothing)")
+    parser.add_argument("--prune", action="store_true", default=os.environ.get("LIGHTNING_XPU_PRUNE_TOX_ENVS") == "1",
+                        help="remove the mypy and test environments (GBs of torch) once their gate has run (default: "
+                        "on where .ci/run sets LIGHTNING_XPU_PRUNE_TOX_ENVS=1)")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers for the tests step")
     parser.add_argument("--report", type=Path, help="also write the findings as markdown to this file")
     ns = parser.parse_args(argv)
@@ -374,11 +413,11 @@ def main(argv: list[str] | None = None) -> int:
             for line in stale:
                 log(f"STALE ci/upstream_pins.toml: {line}")
             needs = check_needs(ctx) if "needs" in steps else None
-            for number, error in (needs or {}).items():
+            for error in (needs or {}).values():
                 log(f"NEEDS: {error}")
             if needs is not None and not needs:
                 log("needs: every pull request applies onto exactly what its Needs line names")
-            reports = gate(ctx, steps & {"hooks", "mypy", "tests"}, torch, log, ns.tools_from_path) if steps - {"cover", "needs"} else []
+            reports = gate(ctx, steps, torch, log, ns.tools_from_path, ns.prune) if steps - {"cover", "needs"} else []
             for line in ctx.made:
                 log(f"environment {line}")
             if ns.report:

@@ -97,8 +97,9 @@ def upstream_test_packages(tree: Path) -> Iterator[None]:
     made = []
     for suite in ("tests_fabric", "tests_pytorch"):
         root = tree / "tests" / suite
-        folders = [root, *(p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")] if root.is_dir() else []
-        for folder in folders:
+        if not root.is_dir():
+            continue
+        for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
             marker = folder / "__init__.py"
             if not marker.exists():
                 marker.touch()

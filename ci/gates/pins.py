@@ -8,13 +8,18 @@ the pin file is compared with the base's files, so that it cannot silently fall 
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from lightning_xpu.errors import ToolError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 PIN_FILE = Path(__file__).resolve().parents[1] / "upstream_pins.toml"
 PRE_COMMIT = ".pre-commit-config.yaml"

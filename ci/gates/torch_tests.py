@@ -56,7 +56,8 @@ def run_upstream_files(python: Path, tree: Path, files: list[str], junit: Path, 
     if not files:
         return []
     cmd = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--color=no", f"--junitxml={junit}",
-           "--continue-on-collection-errors", "--timeout", str(TIMEOUT), *(["-n", str(workers)] if workers else []), *files]
+           "--continue-on-collection-errors", "--timeout", str(TIMEOUT), *(["-n", str(workers)] if workers else []),
+           *files]
     return _run(cmd, tree / "tests", _env(tree), junit)
 
 
