@@ -327,8 +327,9 @@ def load_context(ns: argparse.Namespace, scratch: Path) -> tuple[Context, str]:
     return ctx, mode
 
 
-def matrix(ctx: Context, versions: list[str], log) -> str:
-    """The tests step at the final pull request's end on each torch release; the markdown table of the results."""
+def matrix(ctx: Context, versions: list[str], log) -> tuple[str, int]:
+    """The tests step at the final pull request's end on each torch release: the markdown table of the results, and
+    how many findings it holds."""
     last = ctx.prs[-1]
     tree = ctx.scratch / "matrix-tree"
     shutil.copytree(ctx.base, tree, symlinks=True)
@@ -360,7 +361,7 @@ def matrix(ctx: Context, versions: list[str], log) -> str:
     for torch, _, _, found in rows:
         if found:
             out += ["", f"## torch {torch}", "", "```", *found, "```"]
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", sum(len(f) for *_, f in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,8 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
     parser.add_argument("--torch", help="the torch release of the tests step (default: the oldest of upstream's "
                         "matrix, ci/upstream_pins.toml)")
-    parser.add_argument("--matrix", action="store_true", help="run only the tests step, at the series' end, on every "
-                        f"torch of upstream's matrix, and write {MATRIX_REPORT.relative_to(REPO)}")
+    parser.add_argument("--matrix", nargs="?", const="all", metavar="VERSIONS", help="run only the tests step, at "
+                        "the series' end, on every torch of upstream's matrix (or the comma-separated VERSIONS), and "
+                        f"write {MATRIX_REPORT.relative_to(REPO)} (or --matrix-out)")
+    parser.add_argument("--matrix-out", type=Path, default=MATRIX_REPORT, help="where --matrix writes its table")
     parser.add_argument("--venvs", type=Path, default=Path.home() / ".cache" / "lightning-xpu" / "gates",
                         help="where the tools' environments live (tox: inside its environment, pruned with it)")
     parser.add_argument("--tools-from-path", action="store_true", help="run the hooks found on PATH instead of "
@@ -405,10 +408,12 @@ def main(argv: list[str] | None = None) -> int:
             log(mode)
             torch = ns.torch or ctx.pins.torch_matrix[0]
             if ns.matrix:
-                text = matrix(ctx, list(ctx.pins.torch_matrix), log)
-                MATRIX_REPORT.write_text(text)
-                log(f"upstream-gates: wrote {MATRIX_REPORT} ({time.monotonic() - started:.0f}s)")
-                return 1 if "| 0 |" not in text.split("## torch")[0] or "## torch" in text else 0
+                versions = list(ctx.pins.torch_matrix) if ns.matrix == "all" else ns.matrix.split(",")
+                text, found = matrix(ctx, versions, log)
+                ns.matrix_out.write_text(text)
+                log(f"upstream-gates: wrote {ns.matrix_out}: {found} finding(s) over {len(versions)} torch "
+                    f"release(s) ({time.monotonic() - started:.0f}s)")
+                return 1 if found else 0
             stale = pins.stale_entries(ctx.pins, pins.from_pin_file()) if ctx.upstream else []
             for line in stale:
                 log(f"STALE ci/upstream_pins.toml: {line}")
