@@ -211,7 +211,7 @@ def mypy_step(ctx: Context, reports: dict[int, EndReport], prune: bool, log) -> 
         shutil.rmtree(python.parent.parent, ignore_errors=True)
 
 
-def tests_step(ctx: Context, reports: dict[int, EndReport], torch: str, prune: bool, log) -> None:
+def tests_step(ctx: Context, reports: dict[int, EndReport], torch: str, prune: bool, only_last: bool, log) -> None:
     python = ensure_venv(ctx.venvs, f"tests-torch{torch}{'-upstream' if ctx.upstream else ''}",
                          torch_tests.venv_steps(torch, ctx.upstream), ctx.made)
     base_cases: list[Case] = []
@@ -223,6 +223,8 @@ def tests_step(ctx: Context, reports: dict[int, EndReport], torch: str, prune: b
     for pr, tree, retest in walk(ctx, "tree-tests", reports):
         assert pr is not None
         report, started = reports[pr.number], time.monotonic()
+        if only_last and pr is not ctx.prs[-1]:
+            continue
         if not retest and previous is not None:
             report.findings["tests"] = list(previous.findings.get("tests", []))
             report.notes["tests"] = f"as at PR {previous.pr.number}'s end: no source or test changes"
@@ -242,7 +244,7 @@ def tests_step(ctx: Context, reports: dict[int, EndReport], torch: str, prune: b
 
 
 def gate(ctx: Context, steps: set[str], torch: str, log, tools_from_path: bool = False,
-         prune: bool = False) -> list[EndReport]:
+         prune: bool = False, tests_at: str = "each") -> list[EndReport]:
     """Each chosen gate at every pull request's end against the base, one gate at a time (so that each tool's
     environment can go before the next is made: ``prune``)."""
     reports = {pr.number: EndReport(pr) for pr in ctx.prs}
@@ -251,7 +253,7 @@ def gate(ctx: Context, steps: set[str], torch: str, log, tools_from_path: bool =
     if "mypy" in steps:
         mypy_step(ctx, reports, prune, log)
     if "tests" in steps:
-        tests_step(ctx, reports, torch, prune, log)
+        tests_step(ctx, reports, torch, prune, tests_at == "last", log)
     for report in reports.values():
         log(format_end(report))
     return list(reports.values())
@@ -377,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
     parser.add_argument("--torch", help="the torch release of the tests step (default: the oldest of upstream's "
                         "matrix, ci/upstream_pins.toml)")
+    parser.add_argument("--tests-at", choices=("each", "last"), default="each", help="run the tests step at each "
+                        "pull request's end (default) or only at the series' end (CI: one run instead of six; a break "
+                        "that a later pull request mends goes unseen)")
     parser.add_argument("--matrix", nargs="?", const="all", metavar="VERSIONS", help="run only the tests step, at "
                         "the series' end, on every torch of upstream's matrix (or the comma-separated VERSIONS), and "
                         f"write {MATRIX_REPORT.relative_to(REPO)} (or --matrix-out)")
@@ -422,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"NEEDS: {error}")
             if needs is not None and not needs:
                 log("needs: every pull request applies onto exactly what its Needs line names")
-            reports = gate(ctx, steps, torch, log, ns.tools_from_path, ns.prune) if steps - {"cover", "needs"} else []
+            reports = []
+            if steps - {"cover", "needs"}:
+                reports = gate(ctx, steps, torch, log, ns.tools_from_path, ns.prune, ns.tests_at)
             for line in ctx.made:
                 log(f"environment {line}")
             if ns.report:
