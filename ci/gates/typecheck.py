@@ -97,7 +97,8 @@ def run_mypy(python: Path, tree: Path, cache: Path) -> list[MypyError]:
     if proc.returncode not in (0, 1):
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
         raise ToolError(f"mypy crashed in {tree} (exit {proc.returncode}):\n{tail}")
-    return parse_errors(proc.stdout)
+    # mypy writes its errors to stderr when `install_types` is on (upstream's setting), the summary to stdout
+    return parse_errors(proc.stdout + "\n" + proc.stderr)
 
 
 def probe_torch(python: Path, scratch: Path) -> str:
@@ -106,7 +107,7 @@ def probe_torch(python: Path, scratch: Path) -> str:
     (scratch / "probe.py").write_text(PROBE)
     proc = subprocess.run([str(python), "-m", "mypy", "--no-incremental", "--config-file", "/dev/null",
                            "probe.py"], cwd=scratch, capture_output=True, text=True)
-    if PROBE_EXPECTED not in proc.stdout:
+    if PROBE_EXPECTED not in proc.stdout + proc.stderr:
         raise ToolError("mypy does not see torch's types in its environment (a probe assigning torch.ones(1) to an "
                         f"int was not refused): {proc.stdout.strip() or proc.stderr.strip()}; remove the mypy "
                         "environment and run again")

@@ -136,6 +136,15 @@ def test_mypy_errors_compared_by_file_and_message_not_line():
         'src/b.py:3: error: Item "None" of "Optional[Any]" has no attribute "x"  [union-attr]']
 
 
+def test_mypy_errors_are_read_from_stderr_too(tmp_path):
+    # with upstream's `install_types = True`, mypy prints its errors to stderr and only the summary to stdout
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'src/a.py:3: error: Boom  [misc]' >&2\necho 'Found 1 error in 1 file'\nexit 1\n")
+    fake.chmod(0o755)
+    errors = typecheck.run_mypy(fake, tmp_path, tmp_path / "cache")
+    assert [str(e) for e in errors] == ["src/a.py:3: error: Boom  [misc]"]
+
+
 def test_mypy_environment_keeps_torch_without_its_dependencies(tmp_path):
     (tmp_path / "requirements" / "pytorch").mkdir(parents=True)
     (tmp_path / "requirements" / "pytorch" / "base.txt").write_text(
