@@ -86,6 +86,7 @@ class Context:
     workers: int
     pins: pins.Pins
     made: list[str] = field(default_factory=list)  # environments made in this run, with their cost
+    tests_under: tuple[str, ...] = ()  # with a checkout: only upstream's test files under these folders of tests/
 
     def patches(self, prs: list[PullRequest]) -> Series:
         chosen = [p for pr in prs for p in self.series.patches[pr.first - 1:pr.last]]
@@ -138,9 +139,11 @@ def run_hooks(tools: dict[str, str], tree: Path, files: list[str], upstream: boo
 
 
 def test_files(ctx: Context, tree: Path, files: list[str]) -> list[str]:
-    """The upstream test files among ``files`` that exist in ``tree``, relative to ``tree/tests``."""
+    """The upstream test files among ``files`` that exist in ``tree`` (and lie under ``ctx.tests_under``, where
+    given), relative to ``tree/tests``."""
     return sorted(f[len("tests/"):] for f in files if f.startswith("tests/") and Path(f).name.startswith("test_")
-                  and f.endswith(".py") and (tree / f).is_file())
+                  and f.endswith(".py") and (tree / f).is_file()
+                  and (not ctx.tests_under or f[len("tests/"):].startswith(ctx.tests_under)))
 
 
 def run_tests(ctx: Context, python: Path, tree: Path, files: list[str], name: str) -> list[Case]:
@@ -317,7 +320,7 @@ def load_context(ns: argparse.Namespace, scratch: Path) -> tuple[Context, str]:
         where = "the lightning 2.6.6 sdist"
     recorded = pins.from_pin_file()
     ctx = Context(series, prs, base, upstream, ns.venvs.resolve(), scratch, ns.workers,
-                  pins.from_base(base, recorded))
+                  pins.from_base(base, recorded), tests_under=tuple(ns.tests_under))
     if upstream:
         mode = (f"Mode: the master variant ({series.directory}) on {where}; pins from {ctx.pins.source}; tests: "
                 "upstream's own test files that the series touches.")
@@ -379,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")
     parser.add_argument("--torch", help="the torch release of the tests step (default: the oldest of upstream's "
                         "matrix, ci/upstream_pins.toml)")
+    parser.add_argument("--tests-under", action="append", default=[], metavar="DIR", help="with a checkout: run only "
+                        "upstream's touched test files under DIR of tests/ (e.g. tests_fabric); repeatable")
     parser.add_argument("--tests-at", choices=("each", "last"), default="each", help="run the tests step at each "
                         "pull request's end (default) or only at the series' end (CI: one run instead of six; a break "
                         "that a later pull request mends goes unseen)")
