@@ -306,7 +306,7 @@ def load_context(ns: argparse.Namespace, scratch: Path) -> tuple[Context, str]:
         "upstream" in (ns.series / "base.toml").read_text()
     series_dir = ns.series or (REPO / "patches" / "master" if upstream else REPO / "patches")
     series = load_series(series_dir.resolve())
-    prs = parse_cover(ns.cover, len(series.patches), legacy=ns.legacy_cover)
+    prs = parse_cover(ns.cover, len(series.patches))
     if ns.base_tree:
         base = ns.base_tree.resolve()
         where = f"the base tree {base}"
@@ -375,8 +375,6 @@ def main(argv: list[str] | None = None) -> int:
                         f"${CHECKOUT_VAR}, else patches/)")
     parser.add_argument("--cover", type=Path, default=REPO / "patches" / "master" / "COVER.md",
                         help="the cover letter whose `## PR N` sections are the pull requests")
-    parser.add_argument("--legacy-cover", action="store_true", help="also accept today's `(patch N)` heading of a "
-                        "one-patch pull request (until COVER.md writes `(patches N-N)`)")
     parser.add_argument("--base-tree", type=Path, help="an unpacked base tree (default: the sdist, or the checkout's "
                         "commit)")
     parser.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated, of {', '.join(STEPS)}")

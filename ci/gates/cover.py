@@ -14,8 +14,6 @@ from pathlib import Path
 from lightning_xpu.errors import ToolError
 
 HEADING = re.compile(r"^## PR (\d+): (\S.*?) \(patches (\d+)-(\d+)\)$")
-# today's COVER.md heads its one-patch pull requests "(patch 17)"; accepted only with ``legacy=True``
-LEGACY_HEADING = re.compile(r"^## PR (\d+): (\S.*?) \(patch (\d+)\)$")
 # a heading that tries to be a pull request's ("## PR 3 ...", "### Pull request 2"): held to the exact form
 _PR_LIKE = re.compile(r"^#{1,6}\s*(?:PRs?|pull requests?)\b", re.IGNORECASE)
 _SECTION = re.compile(r"^#{1,2}\s")
@@ -62,11 +60,8 @@ def parse_needs(text: str, number: int, where: str) -> tuple[int, ...]:
     return tuple(sorted(named))
 
 
-def parse_cover(path: Path, patches: int, *, legacy: bool = False) -> list[PullRequest]:
-    """The pull requests of the cover letter at ``path`` for a series of ``patches`` patches.
-
-    ``legacy``: also accept today's ``## PR N: title (patch n)`` heading of a one-patch pull request.
-    """
+def parse_cover(path: Path, patches: int) -> list[PullRequest]:
+    """The pull requests of the cover letter at ``path`` for a series of ``patches`` patches."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
@@ -98,8 +93,6 @@ def parse_cover(path: Path, patches: int, *, legacy: bool = False) -> list[PullR
         m = HEADING.match(line)
         if m:
             number, title, first, last = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
-        elif legacy and (m := LEGACY_HEADING.match(line)):
-            number, title, first, last = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(3))
         else:
             raise ToolError(f"{where}: the heading {line!r} is not of the form `## PR N: title (patches a-b)`")
         current = {"number": number, "title": title, "first": first, "last": last, "needs": None,

@@ -56,11 +56,10 @@ def test_cover_refuses_what_is_not_a_clean_partition(tmp_path, sections, patches
         parse_cover(_cover(tmp_path, *sections), patches)
 
 
-def test_cover_legacy_headings_only_on_request(tmp_path):
+def test_cover_one_patch_pull_request_names_its_range(tmp_path):
     cover = _cover(tmp_path, _section(1, "patches 1-2", "nothing"), _section(2, "patch 3", "nothing"))
-    with pytest.raises(ToolError, match="is not of the form"):
+    with pytest.raises(ToolError, match=r"is not of the form `## PR N: title \(patches a-b\)`"):
         parse_cover(cover, 3)
-    assert [(p.first, p.last) for p in parse_cover(cover, 3, legacy=True)] == [(1, 2), (3, 3)]
 
 
 def _fake_series(tmp_path: Path) -> tuple[Path, Path]:

@@ -54,6 +54,11 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "TORCH_INDEX_URL names the index the user asks for (the script and README: PyTorch's XPU index); without it "
         "the job installs torch==2.13.0+cpu"
     ),
+    ("ci/gates/venvs.py", "$expr"): (
+        "upstream-gates' environments (ci/gates/): upstream's CPU tests run on PyPI's torch 2.1.2, the oldest release "
+        "of upstream's matrix, with CUDA_VISIBLE_DEVICES empty as upstream's CPU workflows run it (torch_tests.py), "
+        "and mypy reads torch 2.9.1 installed --no-deps, its types only (typecheck.py); neither loads the emulator"
+    ),
     ("ci/intel/install_torch.sh", "--index-url $index"): (
         "the real-hardware tier's torch: the script sets $index to PyTorch's XPU index (release or nightly) and "
         "refuses a torch that is not an XPU build right after installing it"
