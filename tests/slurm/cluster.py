@@ -128,20 +128,20 @@ class Cluster:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and self._output(["squeue", "-h"], check=False).strip():
                 time.sleep(0.3)
-        for pid_file in sorted((self.root / "run").glob("*.pid")):
-            with contextlib.suppress(ValueError, ProcessLookupError):
+        # Slurm's daemons, and munged if this cluster started it
+        pid_files = sorted((self.root / "run").glob("*.pid"))
+        if self._our_munged:
+            pid_files.append(Path("/run/munge/munged.pid"))
+            self._our_munged = False
+        for pid_file in pid_files:
+            with contextlib.suppress(ValueError, ProcessLookupError, FileNotFoundError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
         deadline = time.monotonic() + 15
         while (left := tagged_processes("SLURM_CI_TAG", self.tag)) and time.monotonic() < deadline:
             time.sleep(0.2)
         for pid in left:
-            problems.append(f"process {pid} ({_command(pid)}) was still running {15} s after stop; killed")
+            problems.append(f"process {pid} ({_command(pid)}) was still running 15 s after stop; killed")
             _kill(pid)
-        if self._our_munged:
-            pid_file = Path("/run/munge/munged.pid")
-            if pid_file.exists():
-                _kill(int(pid_file.read_text()), signal.SIGTERM)
-            self._our_munged = False
         if self._hosts_before is not None:
             self._restore_hosts()
             if HOSTS.read_bytes() != self._hosts_before:
