@@ -175,7 +175,7 @@ def reference_weights() -> list[list[float]]:
 
     L.seed_everything(0, verbose=False)
     net = train.Net()
-    optimizer = torch.optim.SGD(net.parameters(), lr=train.LR)
+    optimizer = torch.optim.SGD(net.parameters(), lr=train.LR, momentum=train.MOMENTUM)
     dataset = train.data().dataset
     # one replica: the same permutation the four ranks draw, whole
     sampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=0)

@@ -12,8 +12,8 @@ trained (epoch, index) and the final weights (gathered from the shards under FSD
 
 Faults (Trainer runs only):
 
-- ``--ckpt-dir D``: ``ModelCheckpoint(dirpath=D, every_n_epochs=1, save_last=True)`` (FSDP: sharded checkpoints);
-  ``--resume`` fits with ``ckpt_path="last"``.
+- ``--ckpt-dir D``: ``ModelCheckpoint(dirpath=D, every_n_epochs=1, save_last=True)``; ``--sharded``: FSDP saves
+  sharded checkpoints (``state_dict_type="sharded"``; else full ones); ``--resume`` fits with ``ckpt_path="last"``.
 - ``--kill-rank R --kill-at-step S``: rank R writes ``victim.pid`` at step S and waits there to be killed.
 - ``--requeue``: ``SLURMEnvironment(auto_requeue=True)``; in the job's first run (``SLURM_RESTART_COUNT`` unset) every
   rank writes ``epoch-end-<rank>`` at the end of epoch 0 and waits there for Slurm's ``SIGUSR1``, on which Lightning
@@ -38,6 +38,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 SAMPLES, BATCH_SIZE = 128, 8  # 4 ranks: 4 steps per epoch
 LR = 0.05
+# with state to checkpoint (plain SGD has none, and Lightning's FSDP cannot load an empty optimizer state from a full
+# checkpoint: `list(opt_state["state"].keys())[0]`, IndexError, on every device)
+MOMENTUM = 0.9
 # a rank waiting to be killed or signalled gives up after this long: a test that never comes fails, never hangs
 WAIT_LIMIT = 300
 
@@ -90,7 +93,7 @@ class Regressor(L.LightningModule):
             raise RuntimeError(f"rank {self.global_rank}: no SIGUSR1 within {WAIT_LIMIT} s")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=LR)
+        return torch.optim.SGD(self.parameters(), lr=LR, momentum=MOMENTUM)
 
 
 def _write(path: Path, text: str) -> None:
@@ -137,7 +140,7 @@ def run_trainer(args: argparse.Namespace, strategy: str) -> dict:
         accelerator=args.accelerator,
         devices=args.devices,
         num_nodes=args.num_nodes,
-        strategy=_strategy(strategy, sharded=bool(args.ckpt_dir)),
+        strategy=_strategy(strategy, sharded=args.sharded),
         precision="bf16-mixed",
         max_epochs=args.epochs,
         plugins=[SLURMEnvironment(auto_requeue=True)] if args.requeue else None,
@@ -166,7 +169,7 @@ def run_fabric(args: argparse.Namespace, strategy: str) -> dict:
     fabric.seed_everything(0)
     net = Net()
     module = fabric.setup_module(net)
-    optimizer = fabric.setup_optimizers(torch.optim.SGD(module.parameters(), lr=LR))
+    optimizer = fabric.setup_optimizers(torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM))
     loader = fabric.setup_dataloaders(data())
     batches = []
     for epoch in range(args.epochs):
@@ -190,6 +193,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--root-dir", type=Path, help="the Trainer's default_root_dir (default: --out)")
     parser.add_argument("--ckpt-dir", type=Path)
+    parser.add_argument("--sharded", action="store_true", help="FSDP: sharded checkpoints")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--kill-rank", type=int, default=-1)
     parser.add_argument("--kill-at-step", type=int, default=-1)
