@@ -5,12 +5,10 @@ Lightning's ``_atomic_save`` writes a checkpoint into a temporary file (fsspec's
 in ``$TMPDIR``) and moves it onto the target when complete (``shutil.move``). ``--die-in write`` stops in the write of
 ``last.ckpt``'s temporary file (fsspec's ``LocalFileOpener.write``), ``--die-in copy`` in the copy onto
 ``last.ckpt`` that the move makes where ``$TMPDIR`` is on another filesystem (``shutil.copyfile``), each after half of
-the bytes. It then writes ``victim.pid`` and waits. ``--resume`` trains on from ``ckpt_path="last"``
-and writes ``resumed.json``: the batches it trained.
+the bytes. It then writes ``victim.pid`` and waits.
 """
 
 import argparse
-import json
 import os
 import shutil
 import time
@@ -74,10 +72,8 @@ class Regressor(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.layer = nn.Linear(16, 1)
-        self.batches: list[tuple[int, int]] = []
 
     def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        self.batches.append((self.current_epoch, batch_idx))
         x, y = batch
         return nn.functional.mse_loss(self.layer(x), y)
 
@@ -88,16 +84,16 @@ class Regressor(L.LightningModule):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--die-in", choices=["write", "copy"])
-    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--die-in", choices=["write", "copy"], required=True)
     args = parser.parse_args()
 
     L.seed_everything(0, verbose=False)
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(1))
     model = Regressor()
-    callbacks: list[Callback] = [ModelCheckpoint(dirpath=args.out / "checkpoints", every_n_epochs=1, save_last=True)]
-    if args.die_in:
-        callbacks.append(DieInLastCheckpoint(args.out, args.die_in))
+    callbacks: list[Callback] = [
+        ModelCheckpoint(dirpath=args.out / "checkpoints", every_n_epochs=1, save_last=True),
+        DieInLastCheckpoint(args.out, args.die_in),
+    ]
     trainer = L.Trainer(
         accelerator="xpu",
         devices=1,
@@ -109,8 +105,7 @@ def main() -> None:
         enable_model_summary=False,
     )
     data = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    trainer.fit(model, data, ckpt_path="last" if args.resume else None)
-    (args.out / "resumed.json").write_text(json.dumps({"batches": model.batches, "global_step": trainer.global_step}))
+    trainer.fit(model, data)
 
 
 if __name__ == "__main__":

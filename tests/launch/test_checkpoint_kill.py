@@ -4,8 +4,8 @@ Lightning's ``_atomic_save`` (``lightning.fabric.utilities.cloud_io``) writes th
 ``$TMPDIR`` (fsspec's transaction) and moves it onto the target once it is complete. ``die_in_save.py`` trains on one
 emulated XPU and is SIGKILLed half way through writing ``last.ckpt`` at the end of its second epoch:
 
-- in the write of the temporary file: ``last.ckpt`` is still the complete checkpoint of the first epoch, and the job
-  started again resumes from it (the half-written temporary file stays in ``$TMPDIR``);
+- in the write of the temporary file: ``last.ckpt`` is still the complete checkpoint of the first epoch, which a job
+  started again resumes from (the half-written temporary file stays in ``$TMPDIR``);
 - in the move, where ``$TMPDIR`` is on another filesystem than the checkpoints (node-local ``/tmp`` and a shared
   filesystem on a cluster): ``shutil.move`` then copies into ``last.ckpt`` in place, and a kill during the copy leaves
   it half-written, the first epoch's checkpoint gone. Lightning does this on every device (upstream issue #20270 made
@@ -16,11 +16,9 @@ One process writes the checkpoint (rank 0 under DDP): a rank that dies elsewhere
 be killed by the launcher, which is the case here.
 """
 
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.launch.jobs import LAUNCH_TIMEOUT, Launch, environment
+from tests.launch.jobs import Launch, environment
 
 SCRIPT = Path(__file__).with_name("die_in_save.py")
 
@@ -54,16 +52,6 @@ def _first_epoch_checkpoint_is_whole(path: Path) -> None:
     assert (checkpoint["epoch"], checkpoint["global_step"]) == (0, 4)
 
 
-def _resume(launch: Launch, out: Path) -> list[list[int]]:
-    env = environment(launch.tag, LIGHTNING_XPU_EMULATOR="1")
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(out), "--resume"], env=env, capture_output=True, text=True,
-        timeout=LAUNCH_TIMEOUT,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-6000:]
-    return json.loads((out / "resumed.json").read_text())["batches"]
-
-
 def test_killed_while_writing_the_temporary_file(launch, tmp_path):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -71,7 +59,6 @@ def test_killed_while_writing_the_temporary_file(launch, tmp_path):
     _first_epoch_checkpoint_is_whole(tmp_path / "checkpoints" / "last.ckpt")
     # the temporary file (tempfile.mkstemp's name), half-written, is left behind in $TMPDIR (nothing reads it)
     assert len([p for p in tmpdir.iterdir() if p.is_file() and p.name.startswith("tmp")]) == 1
-    assert _resume(launch, tmp_path) == [[1, i] for i in range(4)]
 
 
 @pytest.mark.xfail(

@@ -45,8 +45,9 @@ from tests.launch.jobs import (
     train_args,
 )
 
-# DDP's weights against the one-process CPU reference (bf16 autocast, sums in another order): measured 8e-4
-DDP_TOLERANCE = 1e-2
+# DDP's weights against the one-process CPU reference (bf16 autocast, sums in another order): measured 3e-3; a
+# skipped step changes them by 0.21, an unshuffled order by 0.28
+DDP_TOLERANCE = 2e-2
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -144,7 +144,8 @@ def run_trainer(args: argparse.Namespace, strategy: str) -> dict:
         precision="bf16-mixed",
         max_epochs=args.epochs,
         plugins=[SLURMEnvironment(auto_requeue=True)] if args.requeue else None,
-        default_root_dir=args.root_dir or args.out,
+        # a directory per run: a requeued job's Trainer restores the HPC checkpoint it finds there
+        default_root_dir=args.out / f"trainer-{strategy}",
         logger=False,
         enable_checkpointing=bool(args.ckpt_dir),
         callbacks=callbacks,
@@ -191,7 +192,6 @@ def main() -> None:
     parser.add_argument("--accelerator", default="xpu", help="cpu: the same runs on the CPU, for comparison")
     parser.add_argument("--runs", default="trainer-ddp", help="comma-separated: trainer-ddp, fabric-fsdp, ...")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--root-dir", type=Path, help="the Trainer's default_root_dir (default: --out)")
     parser.add_argument("--ckpt-dir", type=Path)
     parser.add_argument("--sharded", action="store_true", help="FSDP: sharded checkpoints")
     parser.add_argument("--resume", action="store_true")
