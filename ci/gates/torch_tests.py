@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ci.gates.venvs import TORCH_CPU_INDEX
 from ci.junit import Case, read_cases
 from ci.replay_upstream import _renamed
 from lightning_xpu.errors import ToolError
@@ -34,10 +35,11 @@ UPSTREAM_TEST_EXTRAS = ["pytest-rerunfailures", "cloudpickle", "scikit-learn", "
 
 
 def venv_steps(torch: str, upstream: bool) -> list[list[str]]:
-    """The pip steps of a test environment on ``torch`` (PyPI's build, with the libraries it requires)."""
+    """The pip steps of a test environment on ``torch`` (the CPU build where PyTorch's CPU index is reachable, else
+    PyPI's, with the libraries it requires)."""
     # numpy 1.x: upstream's requirements/*/test.txt pin `numpy <1.27` below Python 3.12, and torch before 2.3 was
     # built against numpy 1
-    reqs = [f"torch=={torch}", "numpy<2" if sys.version_info < (3, 12) else "numpy",
+    reqs = [*TORCH_CPU_INDEX, f"torch=={torch}", "numpy<2" if sys.version_info < (3, 12) else "numpy",
             "-r", str(REPO / "ci" / "requirements-tests.txt"), "-r", str(REPO / "ci" / "requirements-lightning.txt")]
     return [reqs + (UPSTREAM_TEST_EXTRAS if upstream else [])]
 

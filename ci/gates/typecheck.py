@@ -4,8 +4,9 @@ The workflow installs Lightning with its ``pytorch-all`` and ``fabric-all`` extr
 (mypy 1.20.0, torch 2.9.1 and type stubs) on Python 3.11, then runs a bare ``mypy`` from the checkout's root: the
 files and options come from ``[tool.mypy]`` in ``pyproject.toml``. Here:
 
-- torch is installed ``--no-deps``: mypy reads its Python sources and stubs only, so PyPI's CUDA build needs none of
-  its NVIDIA libraries. A probe checks that mypy then sees torch's real types (``torch.ones`` returns ``Tensor``).
+- torch is installed ``--no-deps``: mypy reads its Python sources and stubs only, so PyPI's CUDA build (taken where
+  PyTorch's CPU index, tried first, is unreachable) needs none of its NVIDIA libraries. A probe checks that mypy then
+  sees torch's real types (``torch.ones`` returns ``Tensor``).
   The other packages that require torch (torchmetrics) are installed ``--no-deps`` too, or pip would pull a torch
   with its NVIDIA libraries back in.
 - the extras are installed as far as they install without torch's NVIDIA libraries: ``deepspeed`` builds against an
@@ -28,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ci.gates.venvs import TORCH_CPU_INDEX
 from lightning_xpu.errors import ToolError
 
 # the extras' requirement files upstream's workflow installs (`.[pytorch-all,fabric-all]`) beside the base ones
@@ -79,7 +81,7 @@ def requirement_steps(tree: Path, typing: tuple[str, ...]) -> tuple[list[list[st
                 no_deps.append(req)
         else:
             plain.append(req.replace(",jsonnet", "").replace("jsonnet,", ""))  # jsonnet: a C++ build, no types
-    return [plain, ["--no-deps", *no_deps]], left_out
+    return [plain, ["--no-deps", *TORCH_CPU_INDEX, *no_deps]], left_out
 
 
 def parse_errors(output: str) -> list[MypyError]:

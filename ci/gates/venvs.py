@@ -20,6 +20,10 @@ from pathlib import Path
 from lightning_xpu.errors import ToolError
 
 _RECORD = ".gates-steps.json"
+# pip options of a step that installs torch: PyTorch's CPU index beside PyPI, whose Linux torch is a CUDA build, so
+# that `torch==X` takes the CPU build `X+cpu` where that index is reachable (as tox.ini's install_command does), and
+# PyPI's build where it is not (this project's CI), at the cost of one failed lookup a package (--retries 1)
+TORCH_CPU_INDEX = ["--extra-index-url", "https://download.pytorch.org/whl/cpu", "--retries", "1"]
 
 
 def _pip_env() -> dict[str, str]:

@@ -11,6 +11,7 @@ import pytest
 
 from ci.gates import hooks, pins, torch_tests, typecheck
 from ci.gates.cover import parse_cover
+from ci.gates.venvs import TORCH_CPU_INDEX
 from ci.junit import Case
 from lightning_xpu.errors import ToolError
 from tests.ci.series_factory import FAKE_BASE, commit, init_repo, make_series, write
@@ -150,7 +151,7 @@ def test_mypy_environment_keeps_torch_without_its_dependencies(tmp_path):
         "torch >=2.1.0, <2.10.0\ntorchmetrics >0.7.0\ntqdm\n# a comment\n")
     (tmp_path / "requirements" / "pytorch" / "strategies.txt").write_text("deepspeed >=0.15.0\n")
     steps, left_out = typecheck.requirement_steps(tmp_path, ("torch==2.9.1", "mypy==1.20.0"))
-    assert steps == [["mypy==1.20.0", "tqdm"], ["--no-deps", "torch==2.9.1", "torchmetrics >0.7.0"]]
+    assert steps == [["mypy==1.20.0", "tqdm"], ["--no-deps", *TORCH_CPU_INDEX, "torch==2.9.1", "torchmetrics >0.7.0"]]
     assert left_out == ["deepspeed >=0.15.0 (builds against an importable torch)"]
 
 

@@ -55,9 +55,11 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
         "the job installs torch==2.13.0+cpu"
     ),
     ("ci/gates/venvs.py", "$expr"): (
-        "upstream-gates' environments (ci/gates/): upstream's CPU tests run on PyPI's torch 2.1.2, the oldest release "
-        "of upstream's matrix, with CUDA_VISIBLE_DEVICES empty as upstream's CPU workflows run it (torch_tests.py), "
-        "and mypy reads torch 2.9.1 installed --no-deps, its types only (typecheck.py); neither loads the emulator"
+        "upstream-gates' environments (ci/gates/): the steps that install torch (2.1.2, the oldest release of "
+        "upstream's matrix, for its CPU tests; 2.9.1 --no-deps for mypy) put PyTorch's CPU index beside PyPI "
+        "(TORCH_CPU_INDEX), so pip takes the CPU build where that index is reachable and PyPI's CUDA build where it "
+        "is not (this project's CI): the tests run with CUDA_VISIBLE_DEVICES empty, as upstream's CPU workflows, and "
+        "mypy reads only its types; neither loads the emulator"
     ),
     ("ci/intel/install_torch.sh", "--index-url $index"): (
         "the real-hardware tier's torch: the script sets $index to PyTorch's XPU index (release or nightly) and "
