@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -479,3 +484,100 @@ def test_the_xpu_backend_is_a_process_group_xccl_with_its_options(run_emulated):
     # test_c10d_xccl.py reads backend.options._timeout), also after c10d dropped its own reference
     out = run_emulated(_BACKEND_OBJECT, devices=1)
     assert json.loads(out) == [True, "ProcessGroupXCCL", 50.0, True]
+
+
+_AS_ON_XCCL = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, port, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2)    # no set_device: both ranks' current device is xpu:0
+    r = {}
+    dist.barrier(device_ids=[rank])                             # the group's first device: ProcessGroupXCCL runs it
+    dev = torch.device("xpu", rank)
+    r["supports_coalescing"] = dist.group.WORLD._get_backend(dev).supports_coalescing
+    out = torch.empty(4, dtype=torch.float8_e4m3fn, device=dev)
+    dist.all_gather_into_tensor(out, torch.tensor([1.5, -2.0 * (rank + 1)], device=dev).to(torch.float8_e4m3fn))
+    b = torch.full((2,), float(rank), device=dev).to(torch.float8_e5m2)
+    dist.broadcast(b, src=1)
+    r["float8"] = [out.float().tolist(), b.float().tolist()]
+    try:
+        dist.all_reduce(b)
+        r["float8_all_reduce"] = "accepted"
+    except RuntimeError as e:
+        r["float8_all_reduce"] = str(e).splitlines()[0]
+    ts = [torch.full((3 + i,), float(rank + 1 + i), device=dev) for i in range(3)]
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    r["coalesced"] = [len(cm.works), [t[0].item() for t in ts]]
+    recv = torch.zeros(2, device=dev)
+    ops = [dist.P2POp(dist.irecv, recv, 1 - rank), dist.P2POp(dist.isend, torch.full((2,), rank + 10.0, device=dev),
+                                                            1 - rank)]   # both ranks post the recv first
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    r["batch_isend_irecv"] = [len(works), recv.tolist()]
+    dist.destroy_process_group()
+    queue.put((rank, r))
+"""
+
+
+def test_float8_coalescing_and_unset_devices_as_process_group_xccl(run_emulated, tmp_path):
+    """What ProcessGroupXCCL runs (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp, release/2.8 to 2.13) and gloo alone
+    would refuse: float8 moved as uint8 where nothing reduces (reductions refuse it), startCoalescing/endCoalescing
+    (one Work for a coalesced group, batch_isend_irecv), a barrier on device_ids=[rank] that never set its device."""
+    script = tmp_path / "as_on_xccl.py"
+    script.write_text(_AS_ON_XCCL + _TWO_RANKS_MAIN)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
+        assert r["supports_coalescing"] is True
+        assert r["float8"] == [[1.5, -2.0, 1.5, -4.0], [1.0, 1.0]]
+        assert r["float8_all_reduce"] == "Float8 dtypes are not currently supported for XCCL reductions"
+        assert r["coalesced"] == [1, [3.0, 5.0, 7.0]]
+        assert r["batch_isend_irecv"] == [1, [11.0 - rank] * 2]
+
+
+_NAN_CHECK = """
+import os, sys, torch, torch.distributed as dist
+os.environ["TORCH_XCCL_NAN_CHECK"] = "1"
+dist.init_process_group("xccl", rank=0, world_size=1, store=dist.HashStore())
+try:
+    dist.all_reduce(torch.ones(2, dtype=torch.int64, device="xpu"))
+    print("int64: ran", flush=True)
+except NotImplementedError as e:
+    print("int64:", e, flush=True)
+t = torch.zeros(4099, device="xpu", dtype=torch.bfloat16)
+t[4098] = float("nan")                                   # in the tail after 512 packs of 8
+dist.all_gather_into_tensor(torch.empty_like(t), t)
+print("NaN: ran", flush=True)
+"""
+
+
+@pytest.mark.parametrize("release", ["2.8", "2.12", "2.13"])
+def test_nan_check_aborts_as_the_device_side_assert(emulator_site, tmp_path, release):
+    """TORCH_XCCL_NAN_CHECK=1 (torch-xpu-ops NanCheck_XPU.cpp, release/2.9 on): a NaN in a collective's input trips
+    the check kernel's assert(0), and the SYCL runtime prints it and aborts the process; up to 2.12 the kernel's
+    dtype dispatch comes first, so an integer collective raises."""
+    script = tmp_path / "nan.py"
+    script.write_text(_NAN_CHECK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIGHTNING_XPU_EMULATOR", "ZE_", "TORCH_XCCL"))}
+    repo = Path(__file__).resolve().parents[2]
+    env.update(PYTHONPATH=f"{emulator_site}{os.pathsep}{repo}", PYTHONWARNINGS="ignore")
+    env.update(LIGHTNING_XPU_EMULATOR="1", LIGHTNING_XPU_EMULATOR_TORCH=release)
+    if "LIGHTNING_XPU_EMULATOR_CACHE" in os.environ:
+        env["LIGHTNING_XPU_EMULATOR_CACHE"] = os.environ["LIGHTNING_XPU_EMULATOR_CACHE"]
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180)
+    lines = proc.stdout.splitlines()
+    if release == "2.8":  # no NaN check before 2.9
+        assert (proc.returncode, lines) == (0, ["int64: ran", "NaN: ran"]), proc.stderr[-3000:]
+        return
+    assert proc.returncode == -signal.SIGABRT, proc.stderr[-3000:]
+    assert lines == ["int64: ran" if release == "2.13" else "int64: \"checkForNaN_XPU\" not implemented for 'Long'"]
+    line = 174 if release == "2.13" else 172
+    assert (
+        f"third_party/torch-xpu-ops/src/xccl/NanCheck_XPU.cpp:{line}: void c10d::checkForNaN<c10::BFloat16>::operator()"
+        "(sycl::nd_item<1>) const [T = c10::BFloat16]: global id: [2,0,0], local id: [2,0,0] Assertion `0` failed."
+    ) in proc.stderr
