@@ -520,6 +520,11 @@ def worker(rank, port, queue):
     for w in works:
         w.wait()
     r["batch_isend_irecv"] = [len(works), recv.tolist()]
+    try:
+        dist.all_gather_coalesced([[torch.empty(2, device=dev) for _ in range(2)]], [torch.ones(2, device=dev)])
+        r["all_gather_coalesced"] = "accepted"
+    except RuntimeError as e:
+        r["all_gather_coalesced"] = str(e).splitlines()[0]
     dist.destroy_process_group()
     queue.put((rank, r))
 """
@@ -528,7 +533,8 @@ def worker(rank, port, queue):
 def test_float8_coalescing_and_unset_devices_as_process_group_xccl(run_emulated, tmp_path):
     """What ProcessGroupXCCL runs (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp, release/2.8 to 2.13) and gloo alone
     would refuse: float8 moved as uint8 where nothing reduces (reductions refuse it), startCoalescing/endCoalescing
-    (one Work for a coalesced group, batch_isend_irecv), a barrier on device_ids=[rank] that never set its device."""
+    (one Work for a coalesced group, batch_isend_irecv), a barrier on device_ids=[rank] that never set its device; and
+    what it refuses: all_gather_coalesced, which ProcessGroupXCCL leaves to c10d's Backend."""
     script = tmp_path / "as_on_xccl.py"
     script.write_text(_AS_ON_XCCL + _TWO_RANKS_MAIN)
     out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
@@ -538,6 +544,7 @@ def test_float8_coalescing_and_unset_devices_as_process_group_xccl(run_emulated,
         assert r["float8_all_reduce"] == "Float8 dtypes are not currently supported for XCCL reductions"
         assert r["coalesced"] == [1, [3.0, 5.0, 7.0]]
         assert r["batch_isend_irecv"] == [1, [11.0 - rank] * 2]
+        assert r["all_gather_coalesced"] == "Backend xccl does not support allgather_coalesced"
 
 
 _NAN_CHECK = """

@@ -477,19 +477,7 @@ class EmuXccl final : public c10d::Backend {
     return run({out}, OpType::_ALLGATHER_BASE, opts.asyncOp, [&] { allgather_base_now(out, in, opts); });
   }
 
-  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
-                                               const c10d::AllgatherOptions& opts) override {
-    check_dtypes(ins, false);
-    return run(flat(outs), OpType::ALLGATHER_COALESCED, opts.asyncOp, [&] {
-      for (size_t i = 0; i < ins.size(); ++i) {
-        std::vector<std::vector<at::Tensor>> o{outs[i]};
-        std::vector<at::Tensor> in{ins[i]};
-        auto vo = views(o);
-        auto vi = views(in);
-        finish(gloo_->allgather(vo, vi, opts));
-      }
-    });
-  }
+  // no allgather_coalesced: ProcessGroupXCCL has none (release/2.8 to 2.13), so c10d's Backend refuses it
 
   c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                                            const c10d::AllgatherOptions& opts) override {
