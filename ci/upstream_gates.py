@@ -49,6 +49,7 @@ from ci.gates import hooks, pins, torch_tests, typecheck  # noqa: E402
 from ci.gates.cover import PullRequest, parse_cover  # noqa: E402
 from ci.gates.venvs import ensure_venv, executable  # noqa: E402
 from ci.junit import Case, summary  # noqa: E402
+from lightning_xpu import changelog_merge  # noqa: E402
 from lightning_xpu.apply import PatchFailed, apply_to_tree  # noqa: E402
 from lightning_xpu.errors import ToolError  # noqa: E402
 from lightning_xpu.series import Series, load_series  # noqa: E402
@@ -97,18 +98,53 @@ class Context:
         return list(Series(self.series.directory, self.series.patches[:pr.last]).files)
 
 
-def check_needs(ctx: Context) -> dict[int, str]:
-    """Apply each pull request onto the base plus exactly the pull requests its Needs line names: ``{PR: error}``."""
-    failures = {}
+def check_needs(ctx: Context) -> tuple[dict[int, str], list[int]]:
+    """Apply each pull request onto the base plus exactly the pull requests its Needs line names: ``{PR: error}``, and
+    the pull requests that applied on the sdists only with their CHANGELOG entries merged (:func:`_applies_merged`)."""
+    failures, merged = {}, []
     for pr in ctx.prs:
         needed = [p for p in ctx.prs if p.number in pr.needs]
         try:
             apply_to_tree(ctx.patches([*needed, pr]), ctx.base, check=True)
         except PatchFailed as err:
+            if not ctx.upstream and _applies_merged(ctx, needed, pr):
+                merged.append(pr.number)
+                continue
             onto = "the bare base" if not needed else "the base + " + ", ".join(f"PR {p.number}" for p in needed)
             failures[pr.number] = (f"PR {pr.number} does not apply onto {onto} (its Needs line: "
                                    f"\"{pr.needs_text}\"): {str(err).split('; ')[0]}")
-    return failures
+    return failures, merged
+
+
+def _applies_merged(ctx: Context, needed: list[PullRequest], pr: PullRequest) -> bool:
+    """Whether ``pr`` applies onto the base plus ``needed`` with every hunk exact but those of the CHANGELOGs, whose
+    entries are merged as upstream merges concurrent pull requests' (``lightning_xpu.changelog_merge``, into the same
+    sections). The sdists' unreleased sections hold only a ``-`` placeholder, which a section's first entry replaces:
+    two pull requests that each add the first entry of a section can't both apply exactly onto a bare sdist, as they
+    do onto master, whose sections have entries."""
+    earlier = [p for p in ctx.prs if p.number < pr.number]
+    own = ctx.patches([pr])
+    with tempfile.TemporaryDirectory(prefix="upstream-gates-needs-") as tmp:
+        trees = {name: Path(tmp) / name for name in ("onto", "before", "after")}
+        try:
+            for name, prs in (("onto", needed), ("before", earlier), ("after", [*earlier, pr])):
+                shutil.copytree(ctx.base, trees[name], symlinks=True)
+                apply_to_tree(ctx.patches(prs), trees[name])
+        except PatchFailed:
+            return False
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": tmp}
+        for patch in own.patches:
+            proc = subprocess.run(["git", "apply", "--exclude=src/lightning/*/CHANGELOG.md", str(patch.path)],
+                                  cwd=trees["onto"], env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                return False
+        for path in (f for f in own.files if f.endswith("CHANGELOG.md")):
+            base, ours, theirs = ((trees[n] / path).read_text() for n in ("before", "onto", "after"))
+            try:
+                changelog_merge.merge(base, ours, theirs)
+            except changelog_merge.Unmergeable:
+                return False
+    return True
 
 
 def hook_tools(ctx: Context, from_path: bool, log) -> dict[str, str]:
@@ -273,14 +309,16 @@ def format_end(report: EndReport) -> str:
 
 
 def markdown(ctx: Context, mode: str, needs: dict[int, str] | None, stale: list[str], reports: list[EndReport],
-             torch: str) -> str:
+             torch: str, merged: tuple[int, ...] = ()) -> str:
     out = ["# Upstream's gates at every pull request's end", "", mode, ""]
     if stale:
         out += ["## ci/upstream_pins.toml is stale", "", *(f"- {s}" for s in stale), ""]
     if needs is not None:
         out += ["## Needs lines", ""]
         out += [f"- PR {pr.number} (needs: {', '.join(f'PR {n}' for n in pr.needs) or 'nothing'}): "
-                + (f"**does not apply**: {needs[pr.number]}" if pr.number in needs else "applies")
+                + (f"**does not apply**: {needs[pr.number]}" if pr.number in needs else "applies"
+                   + (" (its CHANGELOG entries merged into the sdist's placeholder sections)"
+                      if pr.number in merged else ""))
                 for pr in ctx.prs]
         out.append("")
     for report in reports:
@@ -425,18 +463,21 @@ def main(argv: list[str] | None = None) -> int:
             stale = pins.stale_entries(ctx.pins, pins.from_pin_file()) if ctx.upstream else []
             for line in stale:
                 log(f"STALE ci/upstream_pins.toml: {line}")
-            needs = check_needs(ctx) if "needs" in steps else None
+            needs, merged = check_needs(ctx) if "needs" in steps else (None, [])
             for error in (needs or {}).values():
                 log(f"NEEDS: {error}")
             if needs is not None and not needs:
                 log("needs: every pull request applies onto exactly what its Needs line names")
+            if merged:
+                log("needs: on the sdists' placeholder CHANGELOG sections, the entries of " +
+                    ", ".join(f"PR {n}" for n in merged) + " merged as upstream merges them (every other hunk exact)")
             reports = []
             if steps - {"cover", "needs"}:
                 reports = gate(ctx, steps, torch, log, ns.tools_from_path, ns.prune, ns.tests_at)
             for line in ctx.made:
                 log(f"environment {line}")
             if ns.report:
-                ns.report.write_text(markdown(ctx, mode, needs, stale, reports, torch))
+                ns.report.write_text(markdown(ctx, mode, needs, stale, reports, torch, tuple(merged)))
     except (ToolError, PatchFailed) as err:
         print(f"upstream-gates: {err}", file=sys.stderr)
         return 2

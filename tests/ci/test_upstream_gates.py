@@ -101,6 +101,30 @@ def test_needs_names_the_pull_request_and_the_patch_that_does_not_apply(tmp_path
     assert "every pull request applies onto exactly what its Needs line names" in proc.stdout
 
 
+def test_needs_merges_first_entries_of_the_sdists_placeholder_changelog_sections(tmp_path):
+    """Two pull requests that need nothing each add the first entry of a section whose only line is the sdist's `-`
+    placeholder: the second applies onto the bare sdist with its entry merged, but not with another hunk off."""
+    changelog = "# Changelog\n\n## [unreleased] - YYYY-MM-DD\n\n### Added\n\n-\n\n### Fixed\n\n-\n\n---\n"
+    path = "src/lightning/fabric/CHANGELOG.md"
+    repo = tmp_path / "ws"
+    init_repo(repo, {**FAKE_BASE, path: changelog})
+    commit(repo, "fabric: a", {"src/lightning/fabric/a.py": "A = 1\n", path: changelog.replace("-\n\n### Fixed",
+                                                                                           "- Added a\n\n### Fixed")})
+    commit(repo, "fabric: b", {"src/lightning/fabric/b.py": "B = 1\n", path: changelog.replace(
+        "-\n\n### Fixed", "- Added b\n\n- Added a\n\n### Fixed")})
+    series = make_series(repo, "HEAD~2", tmp_path / "patches")
+    tree = tmp_path / "base"
+    write(tree, {**FAKE_BASE, path: changelog})
+    cover = _cover(tmp_path, _section(1, "patches 1-1", "nothing"), _section(2, "patches 2-2", "nothing"))
+    proc = _run_gates(series, tree, cover, "cover,needs")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the entries of PR 2 merged as upstream merges them" in proc.stdout
+    (tree / "src/lightning/fabric/b.py").write_text("B = 0\n")  # PR 2's new file exists: not a CHANGELOG hunk
+    proc = _run_gates(series, tree, cover, "cover,needs")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "NEEDS: PR 2 does not apply onto the bare base" in proc.stdout
+
+
 @pytest.mark.skipif(not all(shutil.which(t) for t in TOOLS),
                     reason="needs ruff, docformatter and codespell on PATH; `tox -e ci` installs them")
 def test_hooks_report_what_each_pull_request_adds_and_not_the_bases_own(tmp_path):
