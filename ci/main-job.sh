@@ -4,11 +4,16 @@
 # device and with DDP on two. On a machine without an Intel GPU it uses the emulated XPU (LIGHTNING_XPU_EMULATOR=2)
 # and says so; it never trains on the CPU instead.
 #
-#   bash ci/main-job.sh                       # CPU-only machine: torch==2.13.0 (CPU build) + the emulated XPU
+#   bash ci/main-job.sh                       # CPU-only machine: torch==2.13.0+cpu + the emulated XPU
 #   TORCH_INDEX_URL=https://download.pytorch.org/whl/xpu bash ci/main-job.sh   # Intel GPU machine: XPU torch
 #
-# The venv's torch is the one asked for: TORCH_INDEX_URL's, or torch==2.13.0 without it. $venv/.lightning-xpu-torch
+# The venv's torch is the one asked for: TORCH_INDEX_URL's, or torch==2.13.0+cpu without it. $venv/.lightning-xpu-torch
 # records where the installed torch came from and its version; when either differs, torch is replaced.
+#
+# The CPU build comes from PyTorch's CPU index, an extra index beside PyPI (whose Linux torch is a CUDA build, which the
+# emulator refuses), or from wherever this machine's pip configuration finds a `torch-2.13.0+cpu` wheel (find-links):
+# the `+cpu` pin takes nothing else. Where the CPU index is unreachable, --retries 1 makes each lookup there fail at
+# once (pip's default five retries add about 7 s of back-off for each package) with one WARNING line, and pip goes on.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,9 +23,12 @@ venv="${LIGHTNING_XPU_VENV:-$PWD/.venv}"
 py="$venv/bin/python"
 pip() { "$py" -m pip --disable-pip-version-check --quiet "$@"; }
 
-wanted="${TORCH_INDEX_URL:-torch==2.13.0}"
+wanted="${TORCH_INDEX_URL:-torch==2.13.0+cpu}"
 record="$venv/.lightning-xpu-torch"
-installed=$("$py" -c "import torch; print(torch.__version__)" 2>/dev/null || true)
+# the installed torch's version from its metadata: importing torch before numpy is installed (Lightning's requirements
+# bring it) would print torch's "Failed to initialize NumPy" warning
+torch_version() { "$py" -c "from importlib.metadata import version; print(version('torch'))" 2>/dev/null; }
+installed=$(torch_version || true)
 if [ -z "$installed" ] || [ "$(cat "$record" 2>/dev/null)" != "$wanted $installed" ]; then
     if [ -n "$installed" ]; then
         echo "Replacing torch $installed in $venv with ${TORCH_INDEX_URL:+the build of }$wanted."
@@ -29,9 +37,9 @@ if [ -z "$installed" ] || [ "$(cat "$record" 2>/dev/null)" != "$wanted $installe
     if [ -n "${TORCH_INDEX_URL:-}" ]; then
         pip install torch --index-url "$TORCH_INDEX_URL"
     else
-        pip install torch==2.13.0
+        pip install --retries 1 --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu
     fi
-    echo "$wanted $("$py" -c "import torch; print(torch.__version__)")" > "$record"
+    echo "$wanted $(torch_version)" > "$record"
 fi
 pip install ninja .
 "$venv/bin/lightning-xpu" build --install

@@ -39,7 +39,8 @@ class Verdict:
     def line(self) -> str:
         """The report's last line."""
         text = f"verdict: {self.state}: {self.reason}"
-        return f"{text}. Next: {self.next_step}" if self.next_step else text
+        # a reason quoted from an error may end with its own full stop
+        return f"{text.removesuffix('.')}. Next: {self.next_step}" if self.next_step else text
 
     def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "reason": self.reason, "next": self.next_step, "exit_status": self.exit_status}

@@ -14,6 +14,7 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import weakref
 from types import ModuleType
 from typing import Any
 
@@ -40,10 +41,15 @@ def install() -> None:
                 self.is_high_priority_stream = is_high_priority_stream
 
         def __init__(self, store: Any, rank: int, size: int, options: Any = None) -> None:
-            timeout = getattr(options, "_timeout", None) or datetime.timedelta(minutes=30)
-            super().__init__(dist.ProcessGroupGloo(store, rank, size, timeout), rank, size)
+            options = ProcessGroupXCCL.Options() if options is None else options
+            if getattr(options, "_timeout", None) is None:
+                options._timeout = datetime.timedelta(minutes=30)
+            super().__init__(dist.ProcessGroupGloo(store, rank, size, options._timeout), rank, size)
+            self.options = options  # ProcessGroupXCCL.options: the Options it was built with, as in C++
 
     ProcessGroupXCCL.__module__ = "torch.distributed.distributed_c10d"
+    ProcessGroupXCCL.__qualname__ = "ProcessGroupXCCL"
+    _keep_backends_alive(dist, ProcessGroupXCCL)
     c10d.ProcessGroupXCCL = ProcessGroupXCCL
     c10d._XCCL_AVAILABLE = True
     if "ProcessGroupXCCL" not in c10d.__all__:
@@ -61,6 +67,26 @@ def install() -> None:
 
     if os.environ.get(ENV_ONECCL, "").strip() not in ("", "0"):
         sys.meta_path.insert(0, _OneCclBindingsFinder(register_ccl))
+
+
+def _keep_backends_alive(dist: Any, backend_class: type) -> None:
+    """Keep each ProcessGroupXCCL's Python object alive as long as the process group it was registered with.
+
+    The real class is C++; the emulated one is a Python subclass of a native backend, and a process group holds only
+    its C++ part: once c10d dropped the Python object, ``pg._get_backend(xpu)`` would hand out a bare wrapper of
+    the base class (not a ``ProcessGroupXCCL``, no ``options``). Held through a weak reference to the process group,
+    the backend still goes with its group (``destroy_process_group``).
+    """
+    groups: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+    register = dist.ProcessGroup._register_backend
+
+    def _register_backend(self: Any, *args: Any, **kwargs: Any) -> None:
+        register(self, *args, **kwargs)
+        backends = [a for a in (*args, *kwargs.values()) if isinstance(a, backend_class)]
+        if backends:
+            groups.setdefault(self, []).extend(backends)
+
+    dist.ProcessGroup._register_backend = _register_backend
 
 
 ENV_ONECCL = "LIGHTNING_XPU_EMULATOR_ONECCL"

@@ -131,7 +131,10 @@ def get_profile(key: str) -> Profile:
     try:
         return PROFILES[key]
     except KeyError:
+        choices = ", ".join(
+            f"{name} ({profile.product}{', the default' if name == DEFAULT_PROFILE else ''})"
+            for name, profile in PROFILES.items()
+        )
         raise ValueError(
-            f"Unknown emulated XPU profile {key!r} (LIGHTNING_XPU_EMULATOR_DEVICE); "
-            f"choose one of {', '.join(PROFILES)}."
+            f"Unknown emulated XPU profile {key!r} in LIGHTNING_XPU_EMULATOR_DEVICE; choose one of: {choices}."
         ) from None

@@ -9,6 +9,7 @@ memory statistics, streams) runs on top of them, trimmed to the torch release of
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import re
 import threading
@@ -107,12 +108,14 @@ def enable(num_devices: int, profile_key: str) -> None:
                 "enables it right after `import torch`)."
             )
         _install_torch_c(torch, ext, prof, versions)
-        _install_torch_xpu(torch, num_devices, prof, versions)
+        _install_torch_xpu(torch, ext, num_devices, prof, versions)
+        _install_build_info(torch, versions)
         atexit.register(_stop_autograd_device_threads, ext, os.getpid())
         _state.update(native=ext, num_devices=num_devices, profile=prof, torch_profile=versions)
-        from lightning_xpu.emulator import _distributed
+        from lightning_xpu.emulator import _distributed, _inductor
 
         _distributed.install()
+        _inductor.install_when_imported()  # torch.compile's default backend, once inductor is imported
 
 
 def _sanitizer_setting() -> bool:
@@ -189,7 +192,8 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile, versions: Torch
         def _get_device_properties(device: int) -> EmulatedDeviceProperties:
             device = index(device)
             if not 0 <= device < n:
-                raise RuntimeError(f"device is out of range, device is {device}, total number of device is {n}.")
+                # c10::xpu::check_device_index (csrc/topology.cpp's check_index)
+                raise RuntimeError(f"The device index is out of range. It must be in [0, {n}), but got {device}.")
             return props[device]
 
         xpu._get_device_properties = _get_device_properties
@@ -245,7 +249,7 @@ def _install_torch_c(torch: Any, ext: ModuleType, prof: Profile, versions: Torch
             setattr(c, name, fn)
 
 
-def _install_torch_xpu(torch: Any, stacks: int, prof: Profile, versions: TorchProfile) -> None:
+def _install_torch_xpu(torch: Any, ext: ModuleType, stacks: int, prof: Profile, versions: TorchProfile) -> None:
     """Rebind what ``torch.xpu`` captured at import time from the CPU build; trim it to the profile's release."""
     import torch.xpu.random
     import torch.xpu.streams
@@ -259,10 +263,69 @@ def _install_torch_xpu(torch: Any, stacks: int, prof: Profile, versions: TorchPr
     xpu._maybe_exchange_device = c._xpu_maybeExchangeDevice
     xpu._is_in_bad_fork = c._xpu_isInBadFork
     _install_device_count(torch, stacks, prof, versions)
-    Stream, Event = make_stream_classes(torch)
+    _install_mem_pool(torch, ext, versions)
+    Stream, Event = make_stream_classes(torch, ext)
     for module in (xpu, torch.xpu.streams):
         module.Stream = Stream
         module.Event = Event
+
+
+def _install_mem_pool(torch: Any, ext: ModuleType, versions: TorchProfile) -> None:
+    """``torch.xpu.MemPool`` and ``use_mem_pool`` (2.11+) over the allocator model's private pools (allocator.cpp).
+
+    A CPU build defines ``MemPool`` over a dummy ``torch._C._XPUMemPool``; this base stands in for the C++ one
+    (c10::xpu::MemPool), under torch's own ``MemPool`` class.
+    """
+    if not versions.has_xpu_name("MemPool"):
+        return
+    pool_ids = itertools.count(1)  # c10::xpu::MemPool's uid: user-created pools are (0, uid)
+
+    class _XPUMemPool:
+        def __init__(self, allocator: Any = None, is_user_created: bool = True, use_on_oom: bool = False) -> None:
+            if allocator is not None or use_on_oom or not is_user_created:
+                raise NotImplementedError(
+                    "The XPU emulator models MemPool() with the caching allocator only: a custom allocator "
+                    "(XPUPluggableAllocator), use_on_oom=True and graph pools are not emulated."
+                )
+            self._device = torch.xpu.current_device()
+            self._id = (0, next(pool_ids))
+            ext.pool_create_or_incref(self._device, self._id)
+
+        @property
+        def id(self) -> tuple[int, int]:
+            return self._id
+
+        @property
+        def allocator(self) -> None:
+            return None
+
+        def use_count(self) -> int:
+            return ext.pool_use_count(self._device, self._id)
+
+        def __del__(self) -> None:
+            # ~MemPool: releasePool, then emptyCache(id) returns the pool's free segments
+            if hasattr(self, "_id"):
+                ext.pool_release(self._device, self._id)
+                ext.empty_cache(self._id)
+
+    torch._C._XPUMemPool = _XPUMemPool
+    torch.xpu.memory.MemPool.__bases__ = (_XPUMemPool,)
+    torch._C._xpu_beginAllocateCurrentThreadToPool = ext.pool_begin_allocate
+    torch._C._xpu_endAllocateToPool = ext.pool_end_allocate
+    torch._C._xpu_releasePool = ext.pool_release
+
+
+def _install_build_info(torch: Any, versions: TorchProfile) -> None:
+    """What an XPU wheel reports about its build: ``torch.version.xpu`` (the SYCL compiler it was built with) and
+    ``USE_XPU=ON`` / ``USE_XCCL=ON`` in ``torch.__config__.show()`` (the Linux XPU wheels build XCCL from 2.8 on)."""
+    torch.version.xpu = versions.sycl_compiler_version
+    show_config = torch._C._show_config
+
+    def xpu_show_config() -> str:
+        text = show_config().replace("USE_XPU=OFF", "USE_XPU=ON")
+        return text.replace("USE_XCCL=OFF", "USE_XCCL=ON") if torch.distributed.is_available() else text
+
+    torch._C._show_config = xpu_show_config
 
 
 def _install_device_count(torch: Any, stacks: int, prof: Profile, versions: TorchProfile) -> None:

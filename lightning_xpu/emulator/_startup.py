@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -20,24 +21,36 @@ def _enable_after_torch_import() -> None:
     emulator.enable()
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
-    """Finds ``torch`` through the other finders and runs the emulator right after its module body."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds module ``name`` through the other finders and calls ``then()`` right after its module body ran."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name = name
+        self.then = then
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)  # one shot; also keeps find_spec below from recursing
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then_enable(module: Any) -> None:
+        def exec_then(module: Any) -> None:
             exec_module(module)
-            _enable_after_torch_import()
+            self.then()
 
-        spec.loader.exec_module = exec_then_enable  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_then  # type: ignore[method-assign]
         return spec
+
+
+def run_after_import(name: str, then: Callable[[], None]) -> None:
+    """Call ``then()`` once module ``name`` is imported: now if it already is, else right after its body runs."""
+    if name in sys.modules:
+        then()
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def install() -> None:
@@ -50,7 +63,4 @@ def install() -> None:
 
     if os.environ.get("LIGHTNING_XPU_EMULATOR", "").strip() in ("", "0"):
         return
-    if "torch" in sys.modules:
-        _enable_after_torch_import()
-    elif not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook())
+    run_after_import("torch", _enable_after_torch_import)

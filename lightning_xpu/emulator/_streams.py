@@ -8,10 +8,12 @@ time between completed events).
 
 from __future__ import annotations
 
+import ctypes
+from types import ModuleType
 from typing import Any
 
 
-def make_stream_classes(torch: Any) -> tuple[type, type]:
+def make_stream_classes(torch: Any, ext: ModuleType) -> tuple[type, type]:
     from torch.xpu._utils import _get_device_index
 
     class Stream(torch.Stream):
@@ -25,7 +27,16 @@ def make_stream_classes(torch: Any) -> tuple[type, type]:
 
         @property
         def sycl_queue(self) -> int:
-            return 0x5EC0_0000 + self.device_index * 0x10000 + self.stream_id
+            return ext.sycl_queue(self.device_index, self.stream_id)
+
+        @property
+        def priority(self) -> int:
+            return ext.stream_priority(self.device_index, self.stream_id)
+
+        @staticmethod
+        def priority_range() -> tuple[int, int]:
+            """(lowest, highest) priority, as c10::xpu::XPUStream::priority_range(): low 1, normal 0, high -1."""
+            return 1, -1
 
         def wait_event(self, event: Any) -> None:
             event.wait(self)
@@ -41,8 +52,6 @@ def make_stream_classes(torch: Any) -> tuple[type, type]:
 
         @property
         def _as_parameter_(self) -> Any:
-            import ctypes
-
             return ctypes.c_void_p(self.sycl_queue)
 
         def __eq__(self, other: object) -> bool:
@@ -59,20 +68,16 @@ def make_stream_classes(torch: Any) -> tuple[type, type]:
 
         def __new__(cls, enable_timing: bool = False) -> Any:
             self = super().__new__(cls, device="xpu", enable_timing=enable_timing)
-            # torch.Event.elapsed_time accepts only exact torch.Event objects: keep one for timing.
-            self._timing = torch.Event(device="xpu", enable_timing=True) if enable_timing else None
+            self._enable_timing = enable_timing  # torch.Event keeps the flag in C++ only
             return self
 
         def record(self, stream: Any = None) -> None:
-            stream = torch.xpu.current_stream() if stream is None else stream
-            super().record(stream)
-            if self._timing is not None:
-                self._timing.record(stream)
+            super().record(torch.xpu.current_stream() if stream is None else stream)
 
         def elapsed_time(self, end_event: Any) -> float:
-            if self._timing is None or getattr(end_event, "_timing", None) is None:
+            if not (self._enable_timing and getattr(end_event, "_enable_timing", False)):
                 raise RuntimeError("Both events must be created with enable_timing=True to measure elapsed time.")
-            return self._timing.elapsed_time(end_event._timing)
+            return ext.event_elapsed_time(self.event_id, end_event.event_id)
 
         def wait(self, stream: Any = None) -> None:
             super().wait(torch.xpu.current_stream() if stream is None else stream)
@@ -81,8 +86,15 @@ def make_stream_classes(torch: Any) -> tuple[type, type]:
         def sycl_event(self) -> int:
             return self.event_id
 
+        @property
+        def _as_parameter_(self) -> Any:
+            return ctypes.c_void_p(self.sycl_event)
+
         def __repr__(self) -> str:
-            return f"torch.xpu.Event(sycl_event={self.event_id:#x}) (emulated)"
+            # torch.xpu.Event's own repr, marked as emulated
+            if self.sycl_event:
+                return f"torch.xpu.Event(sycl_event={self.sycl_event:#x}) (emulated)"
+            return "torch.xpu.Event(uninitialized) (emulated)"
 
     Stream.__name__ = Stream.__qualname__ = "Stream"
     Stream.__module__ = "torch.xpu.streams"

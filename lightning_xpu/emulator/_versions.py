@@ -55,6 +55,18 @@ C_NAMES_SINCE: dict[str, tuple[int, int]] = {
     "_xpu_canDeviceAccessPeer": (2, 10),
     "_xpu_memorySnapshot": (2, 11),
 }
+# torch.version.xpu of each release's XPU wheels: the SYCL compiler version as cmake/Modules/FindSYCLToolkit.cmake
+# encodes it (major * 10000 + minor * 100 + patch). The compiler is the oneAPI one whose runtime the wheels pin
+# (intel-sycl-rt==X in the XPU wheel requirements, mirrored in torch-xpu-ops' release/2.N .github/scripts/build.sh):
+# 2025.1.1 for 2.8, 2025.2.1 for 2.9, 2025.3.1 for 2.10, 2025.3.2 for 2.11 and 2.12, 2026.0.0 for 2.13.
+SYCL_COMPILER_VERSIONS: dict[tuple[int, int], str] = {
+    (2, 8): "20250101",
+    (2, 9): "20250201",
+    (2, 10): "20250301",
+    (2, 11): "20250302",
+    (2, 12): "20250302",
+    (2, 13): "20260000",
+}
 # memory_stats groups up to 2.10; 2.11 added allocation, segment, active, inactive_split and inactive_split_bytes
 MEMORY_STAT_GROUPS_BEFORE_2_11 = ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes")
 
@@ -74,6 +86,11 @@ class TorchProfile:
     def counts_without_init(self) -> bool:
         """torch 2.13+ counts through Level Zero Sysman when ``pyzes`` imports; older releases have no such count."""
         return self.version >= (2, 13) and self.pyzes
+
+    @property
+    def sycl_compiler_version(self) -> str:
+        """``torch.version.xpu`` of this release's XPU wheels (a profile newer than the table takes its newest)."""
+        return SYCL_COMPILER_VERSIONS[min(self.version, max(SYCL_COMPILER_VERSIONS))]
 
     @property
     def all_memory_stat_groups(self) -> bool:

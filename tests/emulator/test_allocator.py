@@ -127,3 +127,46 @@ def test_bad_memory_reserve_stops_start_up(run_emulated):
             "LIGHTNING_XPU_EMULATOR_MEMORY_RESERVE must be a whole number of bytes, optionally with K, M or G (binary "
             f"units: 512M, 2G), below the memory of one arc-a770 device (16 GiB), got '{value}'."
         ) in line
+
+
+def test_mem_pool_keeps_its_own_cache_until_released(run_emulated):
+    # torch.xpu.MemPool / use_mem_pool (2.11+): allocations inside the context take segments of the pool's own,
+    # which empty_cache() leaves while a MemPool holds the pool, and which go when the last MemPool goes
+    out = run_emulated(
+        """
+        import json, threading, torch
+        torch.xpu.empty_cache()
+        pool = torch.xpu.MemPool()
+        ids = []
+        threads = [threading.Thread(target=lambda: ids.append(torch.xpu.MemPool().id)) for _ in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        r = {"id": pool.id[0], "unique": len({pool.id, *ids}), "count": pool.use_count()}
+        x = torch.empty(1024, 1024, device="xpu")      # 4 MiB: a 20 MiB segment of the device's cache
+        with torch.xpu.use_mem_pool(pool):
+            r["inside"] = pool.use_count()
+            y = torch.empty(1024, 1024, device="xpu")  # another 20 MiB segment: the pool's own
+        r["after"] = pool.use_count()
+        del x, y
+        r["reserved"] = torch.xpu.memory_reserved() >> 20
+        torch.xpu.empty_cache()
+        r["held"] = torch.xpu.memory_reserved() >> 20
+        z = torch.empty(1024, 1024, device="xpu")      # outside the context: not from the pool's cache
+        r["outside"] = torch.xpu.memory_reserved() >> 20
+        del z, pool
+        r["released"] = torch.xpu.memory_reserved() >> 20
+        print(json.dumps(r))
+        """
+    )
+    assert json.loads(out) == {
+        "id": 0, "unique": 5, "count": 1, "inside": 2, "after": 1,
+        "reserved": 40, "held": 20, "outside": 40, "released": 20,
+    }
+
+
+def test_mem_pool_is_absent_before_2_11(run_emulated):
+    out = run_emulated(
+        "import torch; print(hasattr(torch.xpu, 'MemPool'), hasattr(torch.xpu, 'use_mem_pool'))",
+        env={"LIGHTNING_XPU_EMULATOR_TORCH": "2.10"},
+    )
+    assert out.split() == ["False", "False"]

@@ -1,9 +1,10 @@
-"""Building the native part: one compile per cache key even when processes race, clear errors."""
+"""Building the native part: one compile per cache key when processes race, progress while it runs, clear errors."""
 
 from __future__ import annotations
 
 import configparser
 import fnmatch
+import io
 import os
 import re
 import subprocess
@@ -11,18 +12,24 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from lightning_xpu.emulator import _build
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# Stands in for the C++ compiler: logs each call, takes a moment, and writes the requested output file.
+# Stands in for the C++ compiler: logs each call, takes FAKE_CXX_SLEEP seconds (default 1), and writes the requested
+# output file; the link writes a copy of FAKE_CXX_LIBRARY where that is set (a real build, so that it loads).
 _FAKE_CXX = """#!{python}
-import sys, time
+import os, shutil, sys, time
 with open({log!r}, "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\\n")
-time.sleep(1.0)
+time.sleep(float(os.environ.get("FAKE_CXX_SLEEP", "1")))
 out = sys.argv[sys.argv.index("-o") + 1]
-open(out, "w").write("fake")
+if "-shared" in sys.argv and os.environ.get("FAKE_CXX_LIBRARY"):
+    shutil.copyfile(os.environ["FAKE_CXX_LIBRARY"], out)
+else:
+    open(out, "w").write("fake")
 """
 
 
@@ -37,26 +44,104 @@ def _env(tmp_path: Path, cxx: str) -> dict[str, str]:
     return env
 
 
-def test_concurrent_builds_compile_once(tmp_path):
+def _fake_cxx(tmp_path: Path) -> tuple[Path, Path]:
+    """The fake compiler and the log of its calls."""
     log = tmp_path / "cxx.log"
     cxx = tmp_path / "fake-cxx"
     cxx.write_text(_FAKE_CXX.format(python=sys.executable, log=str(log)))
     cxx.chmod(0o755)
-    code = "from lightning_xpu import emulator; print(emulator.build())"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code], env=_env(tmp_path, str(cxx)), stdout=subprocess.PIPE, text=True)
-        for _ in range(3)
-    ]
-    paths = {p.communicate(timeout=120)[0].strip() for p in procs}
-    assert all(p.returncode == 0 for p in procs)
+    return cxx, log
+
+
+def test_concurrent_builds_compile_once_and_only_the_builder_reports_progress(tmp_path):
+    cxx, log = _fake_cxx(tmp_path)
+    code = "import os; from lightning_xpu import emulator; print(os.getpid(), emulator.build())"
+    # each compiler run takes 3 s: the lock is held long enough for the other two processes to find it taken
+    env = {**_env(tmp_path, str(cxx)), "FAKE_CXX_SLEEP": "3"}
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, **pipes) for _ in range(3)]
+    outs = [(p.communicate(timeout=120), p.returncode) for p in procs]
+    assert [rc for _, rc in outs] == [0, 0, 0], [err for (_, err), _ in outs]
+    pids = [out.split()[0] for (out, _), _ in outs]
+    paths = {out.split()[1] for (out, _), _ in outs}
     assert len(paths) == 1
     built = Path(paths.pop())
     assert built.read_text() == "fake" and built.parent.parent == tmp_path / "cache"
     calls = log.read_text().splitlines()
-    sources = len(_build._SOURCES) + 1  # and the generated device_checks.cpp
-    assert len(calls) == sources + 1  # each source and one link, by one process only
-    assert sum(" -c " in f" {c} " for c in calls) == sources
+    units = len(_build._UNITS) + 1  # and the generated device_checks.cpp
+    assert len(calls) == units + 1  # each unit and one link, by one process only
+    assert sum(" -c " in f" {c} " for c in calls) == units
     assert not [p for p in built.parent.iterdir() if p.name.startswith("tmp")]  # no half-built leftovers
+    # progress from the builder alone; the others say once that they wait, naming it
+    errs = [err for (_, err), _ in outs]
+    builders = [pid for pid, err in zip(pids, errs, strict=True) if "compiling its native part" in err]
+    assert len(builders) == 1
+    waiting = [err for err in errs if "compiling its native part" not in err]
+    assert waiting == [f"XPU emulator: waiting for process {builders[0]}, which is compiling the native part into "
+                       f"{built.parent}\n"] * 2
+
+
+def test_a_build_says_what_it_builds_why_how_long_and_that_it_is_still_running(tmp_path, monkeypatch):
+    cxx, _ = _fake_cxx(tmp_path)
+    for name, value in _env(tmp_path, str(cxx)).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FAKE_CXX_SLEEP", "1.2")
+    monkeypatch.setattr(_build, "PROGRESS_INTERVAL_S", 0.5)
+    import torch
+
+    stream = io.StringIO()
+    built = _build.build(stream=stream)
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == (
+        f"XPU emulator: compiling its native part for torch {torch.__version__} (first use on this machine; once per "
+        f"torch build, then loaded from {tmp_path / 'cache'}). This takes about {_build._EXPECTED_WALL_S} s on two "
+        f"idle cores (this machine has {os.cpu_count()}), longer on a busy machine."
+    )
+    still = lines[1:-1]
+    assert len(still) >= 2, lines  # 2.4 s or more of compiling and linking, a line every 0.5 s
+    assert all(re.fullmatch(r"XPU emulator: still compiling \(\d+ s; \d of \d compiler runs done\)", x) for x in still)
+    assert re.fullmatch(rf"XPU emulator: built in \d+ s: {re.escape(str(built))}", lines[-1])
+
+    stream = io.StringIO()
+    assert _build.build(stream=stream) == built and stream.getvalue() == ""  # built: silent
+
+
+@pytest.mark.parametrize(
+    ("earlier", "why"),
+    [
+        ([], "first use on this machine"),
+        (["torch-1.0.0+cpu-py39-0123456789abcdef"], "first use with torch {torch} on Python {python}"),
+        (["{same}-0123456789abcdef"], "its source changed since its last build for this torch"),
+    ],
+)
+def test_a_build_says_why_it_happens(tmp_path, monkeypatch, earlier, why):
+    import torch
+
+    monkeypatch.setenv("LIGHTNING_XPU_EMULATOR_CACHE", str(tmp_path))
+    target = _build.library_path()
+    for name in earlier:
+        (tmp_path / name.format(same=target.parent.name.rsplit("-", 1)[0])).mkdir()
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert _build._why(target).startswith(why.format(torch=torch.__version__, python=python))
+
+
+def test_the_first_import_under_the_emulator_variable_shows_the_build(tmp_path, emulator_site):
+    # the start-up hook builds inside `import torch` (and so inside `lightning-xpu doctor`): its progress must show
+    real = _build.build()  # the session's real library: the fake link copies it, so that it loads
+    cxx, _ = _fake_cxx(tmp_path)
+    env = {
+        **_env(tmp_path, str(cxx)),
+        "FAKE_CXX_LIBRARY": str(real),
+        "FAKE_CXX_SLEEP": "0",
+        "LIGHTNING_XPU_EMULATOR": "2",
+        "PYTHONPATH": os.pathsep.join([str(emulator_site), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run([sys.executable, "-c", "import torch; print(torch.xpu.device_count())"], env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "2\n"
+    assert "XPU emulator: compiling its native part for torch" in proc.stderr
+    assert re.search(r"^XPU emulator: built in \d+ s: ", proc.stderr, flags=re.M)
 
 
 def test_missing_compiler_is_a_clear_error(tmp_path):

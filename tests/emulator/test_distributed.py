@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,7 +113,10 @@ def worker(rank, port, queue):
         loss = torch.nn.functional.mse_loss(model(x.to("xpu")), y.to("xpu"))
         opt.zero_grad(); loss.backward(); opt.step()
     params = [p.detach().cpu().tolist() for p in model.module.parameters()]  # plain data: workers exit first
-    queue.put((rank, params, str(model.module[0].weight.device)))
+    # DDP's time statistics, measured by the timer registered for xpu (as torch-xpu-ops registers one)
+    stats = model._get_ddp_logging_data()
+    timed = sorted(k for k in ("avg_forward_compute_time", "avg_backward_compute_time") if stats.get(k, 0) > 0)
+    queue.put((rank, params, str(model.module[0].weight.device), timed))
     dist.destroy_process_group()
 
 if __name__ == "__main__":
@@ -118,7 +126,8 @@ if __name__ == "__main__":
     queue = ctx.SimpleQueue()
     mp.spawn(worker, args=(port, queue), nprocs=2)
     results = sorted([queue.get(), queue.get()], key=lambda r: r[0])
-    results = [(r, [torch.tensor(p) for p in ps], d) for r, ps, d in results]
+    timed = [t for _, _, _, t in results]
+    results = [(r, [torch.tensor(p) for p in ps], d) for r, ps, d, _ in results]
     single = make_model().to("xpu:0")                  # one device, the whole (doubled) batch
     opt = torch.optim.SGD(single.parameters(), lr=0.05)
     xs, ys = data()
@@ -132,6 +141,7 @@ if __name__ == "__main__":
         "matches_single": all(torch.allclose(a, b, atol=1e-5) for a, b in zip(results[0][1], ref)),
         "trained": not all(torch.equal(a, b) for a, b in zip(ref, start)),
         "devices": [results[0][2], results[1][2]],
+        "timed": timed,
     }))
 """
 
@@ -145,6 +155,9 @@ def test_ddp_two_devices_matches_one_device_with_doubled_batch(run_emulated, tmp
         "matches_single": True,
         "trained": True,
         "devices": ["xpu:0", "xpu:1"],
+        # without a timer for xpu, DDP warns "Time stats are currently only collected for CPU and CUDA devices" in
+        # every rank and measures nothing; an XPU build of torch registers one (torch-xpu-ops src/xccl/reducer_xpu.cpp)
+        "timed": [["avg_backward_compute_time", "avg_forward_compute_time"]] * 2,
     }
 
 
@@ -447,3 +460,131 @@ def test_premul_sum_follows_the_release(run_emulated, tmp_path, release):
             # the in-place multiplication by the float factor refuses integer tensors, as torch's mul_ does there
             assert r["int"] == ["RuntimeError", "result type Float can't be cast to the desired output type Int"]
             assert r["reduce_scatter"] == [[6.0, 6.0], [2.0 * (rank + 1)] * 4]  # scaled in place, as there
+
+
+_BACKEND_OBJECT = """
+import datetime, gc, json, os, socket, torch, torch.distributed as dist
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1")
+torch.xpu.set_device(0)
+dist.init_process_group("xccl", timeout=datetime.timedelta(seconds=50))
+gc.collect()
+backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("xpu"))
+r = [isinstance(backend, dist.ProcessGroupXCCL), type(backend).__qualname__,
+     backend.options._timeout.total_seconds(), backend.options.group_name != ""]
+dist.destroy_process_group()
+print(json.dumps(r))
+"""
+
+
+def test_the_xpu_backend_is_a_process_group_xccl_with_its_options(run_emulated):
+    # pg._get_backend(xpu) is the ProcessGroupXCCL c10d built, with the Options it was built with (PyTorch's
+    # test_c10d_xccl.py reads backend.options._timeout), also after c10d dropped its own reference
+    out = run_emulated(_BACKEND_OBJECT, devices=1)
+    assert json.loads(out) == [True, "ProcessGroupXCCL", 50.0, True]
+
+
+_AS_ON_XCCL = """
+import json, os, socket, torch, torch.distributed as dist
+import torch.multiprocessing as mp
+
+def worker(rank, port, queue):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("xccl", rank=rank, world_size=2)    # no set_device: both ranks' current device is xpu:0
+    r = {}
+    dist.barrier(device_ids=[rank])                             # the group's first device: ProcessGroupXCCL runs it
+    dev = torch.device("xpu", rank)
+    r["supports_coalescing"] = dist.group.WORLD._get_backend(dev).supports_coalescing
+    out = torch.empty(4, dtype=torch.float8_e4m3fn, device=dev)
+    dist.all_gather_into_tensor(out, torch.tensor([1.5, -2.0 * (rank + 1)], device=dev).to(torch.float8_e4m3fn))
+    b = torch.full((2,), float(rank), device=dev).to(torch.float8_e5m2)
+    dist.broadcast(b, src=1)
+    r["float8"] = [out.float().tolist(), b.float().tolist()]
+    try:
+        dist.all_reduce(b)
+        r["float8_all_reduce"] = "accepted"
+    except RuntimeError as e:
+        r["float8_all_reduce"] = str(e).splitlines()[0]
+    ts = [torch.full((3 + i,), float(rank + 1 + i), device=dev) for i in range(3)]
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    r["coalesced"] = [len(cm.works), [t[0].item() for t in ts]]
+    recv = torch.zeros(2, device=dev)
+    ops = [dist.P2POp(dist.irecv, recv, 1 - rank), dist.P2POp(dist.isend, torch.full((2,), rank + 10.0, device=dev),
+                                                            1 - rank)]   # both ranks post the recv first
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    r["batch_isend_irecv"] = [len(works), recv.tolist()]
+    try:
+        dist.all_gather_coalesced([[torch.empty(2, device=dev) for _ in range(2)]], [torch.ones(2, device=dev)])
+        r["all_gather_coalesced"] = "accepted"
+    except RuntimeError as e:
+        r["all_gather_coalesced"] = str(e).splitlines()[0]
+    dist.destroy_process_group()
+    queue.put((rank, r))
+"""
+
+
+def test_float8_coalescing_and_unset_devices_as_process_group_xccl(run_emulated, tmp_path):
+    """What ProcessGroupXCCL runs (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp, release/2.8 to 2.13) and gloo alone
+    would refuse: float8 moved as uint8 where nothing reduces (reductions refuse it), startCoalescing/endCoalescing
+    (one Work for a coalesced group, batch_isend_irecv), a barrier on device_ids=[rank] that never set its device; and
+    what it refuses: all_gather_coalesced, which ProcessGroupXCCL leaves to c10d's Backend."""
+    script = tmp_path / "as_on_xccl.py"
+    script.write_text(_AS_ON_XCCL + _TWO_RANKS_MAIN)
+    out = run_emulated(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    for rank, r in enumerate(json.loads(out.strip().splitlines()[-1])):
+        assert r["supports_coalescing"] is True
+        assert r["float8"] == [[1.5, -2.0, 1.5, -4.0], [1.0, 1.0]]
+        assert r["float8_all_reduce"] == "Float8 dtypes are not currently supported for XCCL reductions"
+        assert r["coalesced"] == [1, [3.0, 5.0, 7.0]]
+        assert r["batch_isend_irecv"] == [1, [11.0 - rank] * 2]
+        assert r["all_gather_coalesced"] == "Backend xccl does not support allgather_coalesced"
+
+
+_NAN_CHECK = """
+import os, sys, torch, torch.distributed as dist
+os.environ["TORCH_XCCL_NAN_CHECK"] = "1"
+dist.init_process_group("xccl", rank=0, world_size=1, store=dist.HashStore())
+try:
+    dist.all_reduce(torch.ones(2, dtype=torch.int64, device="xpu"))
+    print("int64: ran", flush=True)
+except NotImplementedError as e:
+    print("int64:", e, flush=True)
+t = torch.zeros(4099, device="xpu", dtype=torch.bfloat16)
+t[4098] = float("nan")                                   # in the tail after 512 packs of 8
+dist.all_gather_into_tensor(torch.empty_like(t), t)
+print("NaN: ran", flush=True)
+"""
+
+
+@pytest.mark.parametrize("release", ["2.8", "2.12", "2.13"])
+def test_nan_check_aborts_as_the_device_side_assert(emulator_site, tmp_path, release):
+    """TORCH_XCCL_NAN_CHECK=1 (torch-xpu-ops NanCheck_XPU.cpp, release/2.9 on): a NaN in a collective's input trips
+    the check kernel's assert(0), and the SYCL runtime prints it and aborts the process; up to 2.12 the kernel's
+    dtype dispatch comes first, so an integer collective raises."""
+    script = tmp_path / "nan.py"
+    script.write_text(_NAN_CHECK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LIGHTNING_XPU_EMULATOR", "ZE_", "TORCH_XCCL"))}
+    repo = Path(__file__).resolve().parents[2]
+    env.update(PYTHONPATH=f"{emulator_site}{os.pathsep}{repo}", PYTHONWARNINGS="ignore")
+    env.update(LIGHTNING_XPU_EMULATOR="1", LIGHTNING_XPU_EMULATOR_TORCH=release)
+    if "LIGHTNING_XPU_EMULATOR_CACHE" in os.environ:
+        env["LIGHTNING_XPU_EMULATOR_CACHE"] = os.environ["LIGHTNING_XPU_EMULATOR_CACHE"]
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=180)
+    lines = proc.stdout.splitlines()
+    if release == "2.8":  # no NaN check before 2.9
+        assert (proc.returncode, lines) == (0, ["int64: ran", "NaN: ran"]), proc.stderr[-3000:]
+        return
+    assert proc.returncode == -signal.SIGABRT, proc.stderr[-3000:]
+    assert lines == ["int64: ran" if release == "2.13" else "int64: \"checkForNaN_XPU\" not implemented for 'Long'"]
+    line = 174 if release == "2.13" else 172
+    assert (
+        f"third_party/torch-xpu-ops/src/xccl/NanCheck_XPU.cpp:{line}: void c10d::checkForNaN<c10::BFloat16>::operator()"
+        "(sycl::nd_item<1>) const [T = c10::BFloat16]: global id: [2,0,0], local id: [2,0,0] Assertion `0` failed."
+    ) in proc.stderr

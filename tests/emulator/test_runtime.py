@@ -137,20 +137,25 @@ def test_out_of_memory_and_out_of_range(run_emulated):
             r.append("fraction")
         torch.empty(33 * 2**30, dtype=torch.uint8, device="meta")
         for f in (lambda: torch.ones(1, device="xpu:2"), lambda: torch.xpu.set_device(2),
-                  lambda: torch.xpu.get_device_properties(5)):
+                  lambda: torch.xpu.get_device_properties(5), lambda: torch.accelerator.current_stream(2),
+                  lambda: torch.xpu.current_stream(2), lambda: torch.xpu.set_per_process_memory_fraction(-0.1)):
             try:
                 f()
-            except RuntimeError as e:
-                r.append(str(e))
+                r.append("no error")
+            except (RuntimeError, ValueError) as e:
+                r.append(f"{type(e).__name__}: {e}")
         print(json.dumps(r))
         """
     )
     r = json.loads(out)
     assert r[0] == "XPU out of memory"
     assert r[1] == "fraction"
-    assert r[2] == "device is out of range, device is 2, total number of device is 2."
-    assert r[3] == r[2]
-    assert r[4] == "device is out of range, device is 5, total number of device is 2."
+    # c10::xpu::check_device_index's message, from every entry point that takes a device (PyTorch's test_xpu.py)
+    assert r[2] == "RuntimeError: The device index is out of range. It must be in [0, 2), but got 2."
+    assert r[3] == r[2] and r[5] == r[2] and r[6] == r[2]
+    assert r[4] == "RuntimeError: The device index is out of range. It must be in [0, 2), but got 5."
+    # XPUCachingAllocator::setMemoryFraction's TORCH_CHECK_VALUE
+    assert r[7] == "ValueError: invalid fraction:-0.1. Please set within (0, 1]."
 
 
 def test_fork_after_init_is_poisoned(run_emulated):
@@ -498,7 +503,11 @@ def test_invalid_settings_fail_clearly(run_emulated):
     )
     (rc1, message1), (rc2, message2) = (line.split(" ", 1) for line in out.splitlines())
     assert rc1 == rc2 == "1"
-    assert "Unknown emulated XPU profile 'h100'" in message1
+    assert message1 == (
+        "ValueError: Unknown emulated XPU profile 'h100' in LIGHTNING_XPU_EMULATOR_DEVICE; choose one of: max1550 "
+        "(Intel(R) Data Center GPU Max 1550, the default), max1100 (Intel(R) Data Center GPU Max 1100), arc-a770 "
+        "(Intel(R) Arc(TM) A770 Graphics), b580 (Intel(R) Arc(TM) B580 Graphics), lnl (Intel(R) Graphics [0x64a0])."
+    )
     assert "LIGHTNING_XPU_EMULATOR must be a device count >= 1 (or unset), got 'two'" in message2
 
 
@@ -578,3 +587,101 @@ def test_cuda_build_is_refused_before_loading(run_emulated):
     assert (enabled, accelerator) == ("False", "cpu")
     assert message.startswith(f"torch {version} is a CUDA 13.0 build, and the XPU emulator runs only on a CPU-only")
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in message
+
+
+@pytest.mark.parametrize(("release", "sycl"), [("2.8", "20250101"), ("2.13", "20260000")])
+def test_build_info_is_an_xpu_wheels(run_emulated, release, sycl):
+    # torch.version.xpu: the SYCL compiler of the release's XPU wheels (_versions.py); USE_XPU / USE_XCCL in the
+    # build settings, as PyTorch's test_xpu.py checks them
+    out = run_emulated(
+        """
+        import json, re, torch
+        print(json.dumps([torch.version.xpu, re.findall(r"USE_(?:XPU|XCCL)=[^,]+", torch.__config__.show())]))
+        """,
+        env={"LIGHTNING_XPU_EMULATOR_TORCH": release},
+    )
+    assert json.loads(out) == [sycl, ["USE_XCCL=ON", "USE_XPU=ON"]]
+
+
+def test_streams_and_events_as_torch_xpu_presents_them(run_emulated):
+    out = run_emulated(
+        """
+        import ctypes, json, torch
+        r = {}
+        e = torch.xpu.Event()
+        r["uninitialized"] = repr(e)
+        e.record()
+        r["recorded"] = repr(e) == f"torch.xpu.Event(sycl_event={e.sycl_event:#x}) (emulated)" and e.sycl_event != 0
+        r["event_param"] = isinstance(e._as_parameter_, ctypes.c_void_p) and e._as_parameter_.value == e.event_id
+        low, high = torch.xpu.Stream.priority_range()
+        r["range"] = [low, high]
+        r["priorities"] = [torch.xpu.Stream(priority=p).priority for p in (low, 0, high, 5, -5)]
+        r["default"] = torch.xpu.current_stream().priority
+        s = torch.xpu.Stream(priority=high)
+        r["same_stream"] = torch.xpu.Stream(stream_id=s.stream_id, device_index=0, device_type=s.device_type).priority
+        r["stream_param"] = s._as_parameter_.value == s.sycl_queue
+        a, b = torch.xpu.Event(enable_timing=True), torch.xpu.Event(enable_timing=True)
+        a.record(); b.record(); b.synchronize()
+        r["elapsed"] = a.elapsed_time(b) >= 0
+        try:
+            torch.xpu.Event().elapsed_time(b)
+        except RuntimeError as err:
+            r["untimed"] = str(err)
+        print(json.dumps(r))
+        """
+    )
+    assert json.loads(out) == {
+        "uninitialized": "torch.xpu.Event(uninitialized) (emulated)",
+        "recorded": True,
+        "event_param": True,
+        "range": [1, -1],
+        "priorities": [1, 0, -1, 1, -1],  # out of range: the nearest end, as c10::xpu's getStreamFromPool
+        "default": 0,
+        "same_stream": -1,
+        "stream_param": True,
+        "elapsed": True,
+        "untimed": "Both events must be created with enable_timing=True to measure elapsed time.",
+    }
+
+
+def test_gpu_trace_callbacks_fire_where_the_xpu_runtime_fires_them(run_emulated):
+    out = run_emulated(
+        """
+        import json, torch
+        import torch.xpu._gpu_trace as gpu_trace
+        calls = []
+        torch._C._activate_gpu_trace()
+        for kind in ("event_creation", "event_deletion", "event_record", "event_wait", "event_synchronization",
+                     "device_synchronization", "stream_synchronization", "memory_allocation",
+                     "memory_deallocation"):
+            getattr(gpu_trace, f"register_callback_for_{kind}")(lambda *a, kind=kind: calls.append([kind, *a]))
+        e = torch.xpu.Event()
+        e.record()
+        e.wait()
+        e.synchronize()
+        ev, queue = e.sycl_event, torch.xpu.current_stream().sycl_queue
+        del e
+        s = torch.xpu.Stream()
+        s.synchronize()
+        torch.xpu.synchronize()
+        torch.accelerator.synchronize()
+        x = torch.empty(256, device="xpu")
+        ptr = x.data_ptr()
+        del x
+        torch.xpu.Event().synchronize()  # never recorded: nothing to trace
+        print(json.dumps([calls, ev, queue, s.sycl_queue, ptr]))
+        """
+    )
+    calls, ev, queue, stream, ptr = json.loads(out)
+    assert calls == [
+        ["event_creation", ev],
+        ["event_record", ev, queue],
+        ["event_wait", ev, queue],
+        ["event_synchronization", ev],
+        ["event_deletion", ev],
+        ["stream_synchronization", stream],
+        ["device_synchronization"],
+        ["device_synchronization"],
+        ["memory_allocation", ptr],
+        ["memory_deallocation", ptr],
+    ]

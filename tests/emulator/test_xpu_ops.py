@@ -135,3 +135,30 @@ def test_the_emulators_own_kernels_are_operators_the_release_has():
     lacking = [op for op in own if op not in table and not torch._C._dispatch_has_kernel_for_dispatch_key(
         f"aten::{op}", "CompositeExplicitAutograd")]
     assert lacking == []
+
+
+def test_abs_of_bool_runs_as_torch_xpu_ops_abs_kernel_runs_it(run_emulated):
+    # torch-xpu-ops' abs_kernel dispatches Bool (the identity); the CPU kernel the emulator runs has none, so
+    # without the emulator's own handling `abs` of a bool xpu tensor raised where an XPU build runs it
+    out = run_emulated(
+        """
+        import json, torch
+        x = torch.tensor([True, False, True], device="xpu")
+        weird = torch.tensor([5, 0, 255], dtype=torch.uint8, device="xpu").view(torch.bool)
+        out = torch.empty(0, dtype=torch.bool, device="xpu")
+        torch.abs(x, out=out)
+        y = x.clone()
+        y.abs_()
+        try:
+            torch.abs(x, out=torch.empty(3, device="xpu"))
+            mismatch = "no error"
+        except RuntimeError as e:
+            mismatch = str(e)
+        print(json.dumps([x.abs().tolist(), weird.abs().tolist(), out.tolist(), y.tolist(), str(x.abs().device),
+                          torch.abs(torch.tensor([-2, 3], device="xpu")).tolist(), mismatch]))
+        """
+    )
+    r = json.loads(out)
+    identity = [True, False, True]
+    assert r[:6] == [identity, identity, identity, identity, "xpu:0", [2, 3]]
+    assert "Bool" in r[6]  # a float out= for a bool input: the same dtype error as every backend's unary op

@@ -53,7 +53,7 @@ def test_every_parametrised_twin_is_a_case_of_upstreams_test_in_the_master_varia
 
 
 def test_the_master_variant_stays_within_its_test_line_budget() -> None:
-    assert cuda_matrix.shape_problems(cuda_matrix.read_map(), cuda_matrix.added_lines()) == []
+    assert cuda_matrix.shape_problems(cuda_matrix.read_map(), cuda_matrix.budgeted_lines()) == []
 
 
 def test_the_shape_check_catches_too_many_test_lines_and_too_few_parametrised_rows() -> None:
@@ -260,3 +260,11 @@ def test_the_outcomes_check_reads_junit_files_and_directories(tmp_path: Path) ->
     proc = subprocess.run([sys.executable, str(REPO / "ci" / "cuda_matrix.py"), "--outcomes", "emulated",
                            str(tmp_path / "missing.xml")], capture_output=True, text=True)
     assert proc.returncode == 1 and "the emulated tier did not report" in proc.stdout
+
+
+def test_the_budget_leaves_out_only_the_pull_requests_of_their_own() -> None:
+    def test_lines(added: dict[str, list[str]]) -> int:
+        return sum(len(lines) for path, lines in added.items() if path.startswith("tests/"))
+
+    # PRs 4 and 5: one patch each, no XPU line
+    assert 0 < test_lines(cuda_matrix.added_lines()) - test_lines(cuda_matrix.budgeted_lines()) < 300

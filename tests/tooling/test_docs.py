@@ -1,4 +1,5 @@
-"""The README and docs/: every relative link resolves, and the counts they quote are their sources' counts.
+"""The README and docs/: every relative link resolves (in every Markdown file of the repository), and the counts they
+quote are their sources' counts.
 
 A count that states what the series is now ("34 patches", "2.6.6+xpu.34") must match ``patches/series``; a record of
 a run names the series it ran on as "the N-patch series" and is left as it was measured.
@@ -6,6 +7,7 @@ a run names the series it ran on as "the N-patch series" and is left as it was m
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -20,6 +22,17 @@ from .conftest import PATCHES, REPO
 MASTER = PATCHES / "master"
 COVER = MASTER / "COVER.md"
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), COVER])
+
+
+def markdown_files(root: Path) -> list[Path]:
+    """Every Markdown file under ``root``, outside hidden and build directories (.git, .tox, .venv, build, dist)."""
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith(".") and d not in ("build", "dist", "__pycache__"))
+        found += [Path(directory) / name for name in files if name.endswith(".md")]
+    return sorted(found)
+
+
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 _CODE = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -74,9 +87,16 @@ def test_every_audience_has_a_page_linked_from_the_readme(name: str) -> None:
     assert f"](docs/{name}.md)" in (REPO / "README.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", markdown_files(REPO), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page: Path) -> None:
     assert broken_links(page) == []
+
+
+def test_every_markdown_file_is_link_checked() -> None:
+    found = {p.relative_to(REPO).as_posix() for p in markdown_files(REPO)}
+    assert {"README.md", "ci/README.md", "ci/intel/README.md", "lightning_xpu/emulator/README.md",
+            "benchmarks/results/replay-upstream.md", "patches/master/COVER.md", "docs/using.md"} <= found
+    assert not [name for name in found if name.startswith((".tox/", ".venv/", ".git/"))]
 
 
 def test_the_link_check_catches_a_missing_file_and_a_missing_heading(tmp_path: Path,

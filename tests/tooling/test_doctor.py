@@ -105,6 +105,13 @@ def test_not_usable_names_the_reason_and_the_next_step(changes: dict[str, Any], 
     assert verdict.line().startswith("verdict: not usable: ") and f". Next: {verdict.next_step}" in verdict.line()
 
 
+def test_an_error_that_ends_with_a_full_stop_gets_no_second_one() -> None:
+    error = "ValueError: Unknown emulated XPU profile 'h100' in LIGHTNING_XPU_EMULATOR_DEVICE; choose one of: lnl."
+    verdict = diagnose(_report(torch={"installed": True, "import_error": error}, env__LIGHTNING_XPU_EMULATOR="2"))
+    assert verdict.line() == (f"verdict: not usable: `import torch` fails: {error} Next: unset LIGHTNING_XPU_EMULATOR, "
+                              "or fix what the error names")
+
+
 def test_an_older_series_is_usable_with_a_note() -> None:
     verdict = diagnose(_report(shim_series_version=35))
     assert verdict.state == "usable" and "this tool's series is version 35" in verdict.reason

@@ -7,6 +7,7 @@ installed torch's version in a file, so the job runs in a second without install
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,7 @@ if [ "$1" = "-c" ]; then
     case "$2" in
         *is_available*|*_is_compiled*) [[ "$(build)" == *+xpu ]] ;;
         *device_count*) echo 1 ;;
-        *__version__*) [ -f "$state" ] && build ;;
+        *"version('torch')"*) [ -f "$state" ] && build ;;
         *) exit 0 ;;
     esac
     exit $?
@@ -34,11 +35,12 @@ if [ "$1 $2" = "-m pip" ]; then
     args=" $* "
     if [[ "$args" == *" uninstall "* ]]; then rm -f "$state"
     elif [[ "$args" == *" install torch --index-url "* ]]; then echo "2.13.0+${args##*/}" | tr -d ' ' > "$state"
-    elif [[ "$args" == *" install torch==2.13.0 "* ]]; then echo "2.13.0+cpu" > "$state"
+    elif [[ "$args" == *" torch==2.13.0+cpu "* ]]; then echo "2.13.0+cpu" > "$state"
     fi
 fi
 exit 0
 """
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 FAKE_TOOL = r"""#!/usr/bin/env bash
 echo "lightning-xpu $*" >> "$(dirname "$0")/../log"
 if [ "$1" = doctor ] && [ -n "${LIGHTNING_XPU_EMULATOR:-}" ]; then exit 3; fi
@@ -69,6 +71,14 @@ def _main_job(venv: Path, index_url: str | None) -> tuple[str, list[str]]:
     return proc.stdout, pip
 
 
+def test_torch_is_not_imported_before_lightnings_requirements_bring_numpy(venv: Path) -> None:
+    # torch 2.13's CPU wheel does not require numpy: importing it earlier prints "Failed to initialize NumPy"
+    _main_job(venv, None)
+    log = (venv / "log").read_text().splitlines()
+    first_import = next(i for i, line in enumerate(log) if re.match(r"python -c import [\w, ]*\btorch\b", line))
+    assert first_import > log.index("lightning-xpu build --install")
+
+
 def test_the_index_url_replaces_a_torch_the_venv_already_has(venv: Path) -> None:
     xpu = "https://download.pytorch.org/whl/xpu"
     out, pip = _main_job(venv, xpu)
@@ -80,10 +90,10 @@ def test_the_index_url_replaces_a_torch_the_venv_already_has(venv: Path) -> None
     _, pip = _main_job(venv, xpu)  # asked for again: kept
     assert not [p for p in pip if "torch" in p]
 
-    out, pip = _main_job(venv, None)  # the default asks for torch==2.13.0
-    assert pip[:2] == ["uninstall -y torch", "install torch==2.13.0"]
+    out, pip = _main_job(venv, None)  # the default asks for the CPU build, from PyTorch's CPU index or find-links
+    assert pip[:2] == ["uninstall -y torch", f"install --retries 1 --extra-index-url {CPU_INDEX} torch==2.13.0+cpu"]
     assert "training on 2 EMULATED XPU devices" in out
 
     (venv / "torch-version").write_text("2.14.1+cpu\n")  # someone installed another torch since
     _, pip = _main_job(venv, None)
-    assert pip[:2] == ["uninstall -y torch", "install torch==2.13.0"]
+    assert pip[:2] == ["uninstall -y torch", f"install --retries 1 --extra-index-url {CPU_INDEX} torch==2.13.0+cpu"]

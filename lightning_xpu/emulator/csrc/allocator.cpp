@@ -42,6 +42,12 @@ struct Block {
   c10::DataPtr adopted;  // or memory a CPU kernel produced, released by its own deleter
 };
 
+// torch.xpu._gpu_trace's memory allocation callback, fired as XPUCachingAllocator's malloc fires it (not for 0 bytes).
+void trace_allocation(void* p) {
+  if (auto* t = p != nullptr ? gpu_trace() : nullptr)
+    (*t)->trace_gpu_memory_allocation(kXPU, reinterpret_cast<uintptr_t>(p));
+}
+
 size_t EmuAllocator::round_size(size_t n) {
   return n < kMinBlockSize ? kMinBlockSize : kMinBlockSize * ((n + kMinBlockSize - 1) / kMinBlockSize);
 }
@@ -67,9 +73,15 @@ void EmuAllocator::for_types(bool small, F f) {
   f(static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL));
 }
 
-// Returns whole free segments to the device (emptyCache, and the retry before an out-of-memory error).
+// Returns whole free segments to the device (emptyCache, and the retry before an out-of-memory error): the device's
+// own cache and that of every private pool no MemPool holds any more.
 void EmuAllocator::release_cached(c10::DeviceIndex d) {
-  auto& m = models[d];
+  release_free_segments(d, models[d]);
+  for (auto& [id, p] : private_pools[d])
+    if (p.use_count == 0) release_free_segments(d, p.model);
+}
+
+void EmuAllocator::release_free_segments(c10::DeviceIndex d, DeviceModel& m) {
   auto& st = stats[d];
   for (auto* pool : {&m.small_free, &m.large_free}) {
     for (auto it = pool->begin(); it != pool->end();) {
@@ -87,9 +99,49 @@ void EmuAllocator::release_cached(c10::DeviceIndex d) {
 }
 
 // Books a request of n bytes on device d (a cached block, or a new segment) or raises like the real allocator.
+// The pool the calling thread allocates from on device d: a MemPool's inside use_mem_pool, else the device's.
+thread_local std::array<c10::MempoolId_t, kMaxDevices> tl_pool{};
+
+DeviceModel& EmuAllocator::allocating_model(c10::DeviceIndex d) {
+  auto id = tl_pool[d];
+  return id == c10::MempoolId_t{0, 0} ? models[d] : private_pools[d].at(id).model;
+}
+
+void EmuAllocator::create_or_incref_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_index(d);
+  std::lock_guard<std::mutex> g(mu);
+  private_pools[d][id].use_count++;
+}
+
+void EmuAllocator::release_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_index(d);
+  std::lock_guard<std::mutex> g(mu);
+  auto it = private_pools[d].find(id);
+  TORCH_CHECK(it != private_pools[d].end() && it->second.use_count > 0, "Pool (", id.first, ", ", id.second,
+              ") is not in use on device ", static_cast<int>(d));
+  it->second.use_count--;
+}
+
+int EmuAllocator::pool_use_count(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_index(d);
+  std::lock_guard<std::mutex> g(mu);
+  auto it = private_pools[d].find(id);
+  return it == private_pools[d].end() ? 0 : it->second.use_count;
+}
+
+void EmuAllocator::begin_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  create_or_incref_pool(d, id);
+  tl_pool[d] = id;
+}
+
+void EmuAllocator::end_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id) {
+  check_index(d);
+  if (tl_pool[d] == id) tl_pool[d] = {0, 0};
+}
+
 MBlock* EmuAllocator::book(c10::DeviceIndex d, size_t n) {
   std::lock_guard<std::mutex> g(mu);
-  auto& m = models[d];
+  auto& m = allocating_model(d);
   auto& st = stats[d];
   size_t size = round_size(n);
   bool small = size <= kSmallSize;
@@ -119,8 +171,9 @@ MBlock* EmuAllocator::book(c10::DeviceIndex d, size_t n) {
           format_size(reserved() - st.allocated_bytes[0].current), " is reserved by PyTorch but unallocated.",
           " Please use `empty_cache` to release all unoccupied cached memory.");
     }
-    b = new MBlock{alloc, 0, small, false, m.next_order};
-    m.next_order += alloc;
+    b = new MBlock{alloc, 0, small, false, models[d].next_order};
+    b->owner = &m;
+    models[d].next_order += alloc;
     for_types(small, [&](size_t t) {
       st.segment[t].increase(1);
       st.reserved_bytes[t].increase(alloc);
@@ -131,6 +184,7 @@ MBlock* EmuAllocator::book(c10::DeviceIndex d, size_t n) {
   size_t remaining = b->size - size;
   if (small ? remaining >= kMinBlockSize : remaining > kSmallSize) {
     auto* rest = new MBlock{remaining, 0, small, false, b->order + size};
+    rest->owner = b->owner;
     rest->prev = b;
     rest->next = b->next;
     if (b->next) b->next->prev = rest;
@@ -166,7 +220,7 @@ MBlock* EmuAllocator::book(c10::DeviceIndex d, size_t n) {
 void EmuAllocator::unbook(c10::DeviceIndex d, MBlock* b) {
   std::lock_guard<std::mutex> g(mu);
   auto& st = stats[d];
-  auto& pool = models[d].pool(b->small);
+  auto& pool = b->owner->pool(b->small);
   for_types(b->small, [&](size_t t) {
     st.allocation[t].decrease(1);
     st.active[t].decrease(1);
@@ -222,6 +276,7 @@ c10::DataPtr EmuAllocator::allocate(size_t n) {
   if (n > 0) std::memset(p, kPoison, n);
   auto* blk = new Block{d, model, p, {}};
   sanitizer_allocated(blk, d);
+  trace_allocation(p);
   return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
 }
 
@@ -232,12 +287,21 @@ c10::DataPtr EmuAllocator::adopt(c10::DataPtr cpu, size_t n, c10::DeviceIndex d)
   void* p = cpu.get();
   auto* blk = new Block{d, model, nullptr, std::move(cpu)};
   sanitizer_allocated(blk, d);
+  trace_allocation(p);
   return {p, blk, &EmuAllocator::deleter, c10::Device(kXPU, d)};
 }
 
-void EmuAllocator::emptyCache(c10::MempoolId_t) {
+// empty_cache(): the device's cache and freeable pools'; a MemPool's destructor: that pool's cache alone.
+void EmuAllocator::emptyCache(c10::MempoolId_t id) {
   std::lock_guard<std::mutex> g(mu);
-  for (int d = 0; d < config.num_devices; ++d) release_cached(static_cast<c10::DeviceIndex>(d));
+  for (int i = 0; i < config.num_devices; ++i) {
+    auto d = static_cast<c10::DeviceIndex>(i);
+    if (id == c10::MempoolId_t{0, 0}) {
+      release_cached(d);
+    } else if (auto it = private_pools[d].find(id); it != private_pools[d].end()) {
+      release_free_segments(d, it->second.model);
+    }
+  }
 }
 void EmuAllocator::recordStream(const c10::DataPtr& dp, c10::Stream s) {
   if (dp.get_deleter() == &EmuAllocator::deleter) sanitizer_record_stream(dp.get_context(), s.id());
@@ -285,6 +349,9 @@ const void* allocation_of(const at::Tensor& t) {
 
 void EmuAllocator::deleter(void* ctx) {
   auto* blk = static_cast<Block*>(ctx);
+  void* p = blk->owned != nullptr ? blk->owned : blk->adopted.get();
+  if (auto* t = p != nullptr ? gpu_trace() : nullptr)
+    (*t)->trace_gpu_memory_deallocation(kXPU, reinterpret_cast<uintptr_t>(p));
   sanitizer_freed(blk);
   allocator.unbook(blk->device, blk->model);
   free(blk->owned);

@@ -21,6 +21,23 @@ at::Tensor host_view(const at::Tensor& t) {
 
 void register_xccl(py::module& m);  // xccl.cpp (declared here: emulator.h stays free of pybind11)
 
+// A kernel that torch.compile generated for xpu (lightning_xpu/emulator/_inductor.py runs it on the host right after):
+// enqueued on the current stream of its device like any operator, so the stream model and the sanitizer see its reads
+// and writes. `written[i]`: whether the kernel writes tensors[i] (`names[i]` names it in the sanitizer's message).
+void launch_kernel(const std::string& kernel, c10::DeviceIndex device, const std::vector<at::Tensor>& tensors,
+                   const std::vector<bool>& written, const std::vector<std::string>& names) {
+  check_not_bad_fork();
+  const auto d = resolve(device);
+  check_index(d);
+  const auto stream = current_stream_id(d);
+  const auto seq = enqueue(d, stream);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK(tensors[i].device() == c10::Device(kXPU, d), "compiled kernel ", kernel, " on xpu:",
+                static_cast<int>(d), " got argument '", names[i], "' on ", tensors[i].device());
+    sanitizer_access_at(tensors[i], written[i], stream, seq, kernel.c_str(), names[i].c_str());
+  }
+}
+
 py::dict stat_array(const c10::CachingAllocator::StatArray& a) {
   static const char* names[] = {"all", "small_pool", "large_pool"};
   py::dict d;
@@ -115,17 +132,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     check_index(d);
     return std::make_tuple(tl_stream[d], d, static_cast<int>(kXPU));
   });
+  m.def("sycl_queue", &sycl_queue_handle, "The sycl_queue value of a stream (device, stream id).");
+  m.def("stream_priority", &stream_priority, "The priority of a stream (device, stream id): 1, 0 or -1.");
+  m.def("event_elapsed_time", [](uintptr_t start, uintptr_t end) {
+    return event_elapsed_ms(reinterpret_cast<void*>(start), reinterpret_cast<void*>(end));
+  }, "Milliseconds between two completed events, given their event_id.");
   m.def("set_stream", [](int64_t id, c10::DeviceIndex d, int) {
     check_index(d);
     tl_device = d;
     tl_stream[d] = id;
   });
-  m.def("synchronize", [](c10::DeviceIndex d) {
-    check_index(resolve(d));
-    counters.synchronize++;
-    complete_device(resolve(d));
+  m.def("synchronize", &synchronize_device);
+  m.def("empty_cache", [](c10::MempoolId_t id) { allocator.emptyCache(id); }, py::arg("pool") = c10::MempoolId_t{0, 0});
+  // torch.xpu.MemPool and use_mem_pool (_runtime.py's MemPool base and torch._C._xpu_*Pool functions)
+  m.def("pool_create_or_incref", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.create_or_incref_pool(resolve(d), id);
   });
-  m.def("empty_cache", []() { allocator.emptyCache({0, 0}); });
+  m.def("pool_release", [](c10::DeviceIndex d, c10::MempoolId_t id) { allocator.release_pool(resolve(d), id); });
+  m.def("pool_use_count", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    return allocator.pool_use_count(resolve(d), id);
+  });
+  m.def("pool_begin_allocate", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.begin_allocate_to_pool(resolve(d), id);
+  });
+  m.def("pool_end_allocate", [](c10::DeviceIndex d, c10::MempoolId_t id) {
+    allocator.end_allocate_to_pool(resolve(d), id);
+  });
   m.def("memory_stats", &memory_stats);
   m.def("reset_peak_memory_stats", [](c10::DeviceIndex d) { allocator.resetPeakStats(resolve(d)); });
   m.def("reset_accumulated_memory_stats", [](c10::DeviceIndex d) { allocator.resetAccumulatedStats(resolve(d)); });
@@ -133,7 +165,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_memory_fraction", [](double f, c10::DeviceIndex d) {
     d = resolve(d);
     check_index(d);
-    TORCH_CHECK(f > 0 && f <= 1, "invalid fraction: ", f, ". Please set within (0, 1].");
+    // XPUCachingAllocator::setMemoryFraction: a ValueError
+    TORCH_CHECK_VALUE(f > 0 && f <= 1, "invalid fraction:", f, ". Please set within (0, 1].");
     memory_fraction[d] = f;
   });
   m.def("get_memory_fraction", [](c10::DeviceIndex d) {
@@ -169,6 +202,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     torch::autograd::Engine::get_default_engine().stop();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let them take/drop the GIL and exit
   });
+  m.def("launch_kernel", &launch_kernel, "Enqueue a compiled kernel's accesses on its device's current stream.");
   m.def("host_view", &host_view, "A CPU tensor over the same host memory as an xpu tensor (no copy).");
   register_xccl(m);
 }

@@ -18,8 +18,8 @@
 // One file per concern: topology.cpp (configuration, devices), queues.cpp (the asynchronous stream model),
 // device_guard.cpp, allocator.cpp (caching and pinned allocators), generator.cpp, hooks.cpp, kernels.cpp (the XPU
 // kernels; SDPA's backend choice in sdpa.cpp, SyncBatchNorm's in batch_norm.cpp), fallback.cpp (the boxed CPU fallback), bindings.cpp (the Python module); sanitizer.cpp (the stream
-// sanitizer), xccl.cpp (the collective backend), deterministic.cpp (determinism alerts), xpu_ops.cpp (which operators
-// the modelled release implements for XPU).
+// sanitizer), xccl.cpp (the collective backend), reducer_timer.cpp (DDP's timer for xpu), deterministic.cpp
+// (determinism alerts), xpu_ops.cpp (which operators the modelled release implements for XPU).
 
 #pragma once
 
@@ -27,6 +27,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/impl/GPUTrace.h>
 
 #include <array>
 #include <atomic>
@@ -119,9 +120,18 @@ bool landed(const std::vector<uint64_t>& ids);
 
 // ---------------------------------------------------------------- device guard (device_guard.cpp)
 c10::DeviceIndex resolve(c10::DeviceIndex d);  // -1: the current device
+uintptr_t sycl_queue_handle(c10::DeviceIndex d, c10::StreamId s);  // torch.xpu.Stream.sycl_queue
+int stream_priority(c10::DeviceIndex d, c10::StreamId s);          // torch.xpu.Stream.priority
+void synchronize_device(c10::DeviceIndex d);                       // -1: the current device
+bool event_query(void* event);
+double event_elapsed_ms(void* start, void* end);
+// The interpreter torch._C._activate_gpu_trace() registered for torch.xpu._gpu_trace's callbacks, or nullptr.
+const c10::impl::PyInterpreter* gpu_trace();
 
 // ---------------------------------------------------------------- allocators (allocator.cpp)
 using c10::CachingDeviceAllocator::DeviceStats;
+
+struct DeviceModel;
 
 // The caching allocator's books: a block of a segment, in address order within its device.
 struct MBlock {
@@ -132,6 +142,7 @@ struct MBlock {
   uint64_t order;  // address order within the device
   MBlock* prev = nullptr;
   MBlock* next = nullptr;
+  DeviceModel* owner = nullptr;  // the pool whose cache the block returns to: the device's, or a MemPool's
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
@@ -147,11 +158,19 @@ struct DeviceModel {
   std::set<MBlock*, BySize>& pool(bool small) { return small ? small_free : large_free; }
 };
 
+// A private pool (torch.xpu.MemPool, id (0, n)): its own cached blocks, and how many MemPool objects and
+// use_mem_pool contexts hold it; at a use count of 0 its cache is freeable (empty_cache() returns it).
+struct PrivatePool {
+  DeviceModel model;
+  int use_count = 0;
+};
+
 // The caching device allocator: the books of torch's XPU caching allocator over host memory.
 struct EmuAllocator final : public c10::DeviceAllocator {
   std::mutex mu;
   std::array<DeviceStats, kMaxDevices> stats;
   std::array<DeviceModel, kMaxDevices> models;
+  std::array<std::map<c10::MempoolId_t, PrivatePool>, kMaxDevices> private_pools;
 
   static size_t round_size(size_t n);
   static size_t allocation_size(size_t size);
@@ -160,6 +179,15 @@ struct EmuAllocator final : public c10::DeviceAllocator {
   template <typename F>
   static void for_types(bool small, F f);
   void release_cached(c10::DeviceIndex d);
+  void release_free_segments(c10::DeviceIndex d, DeviceModel& m);
+  DeviceModel& allocating_model(c10::DeviceIndex d);
+  // torch.xpu.MemPool (XPUCachingAllocator's createOrIncrefPool, releasePool, getPoolUseCount and the thread's
+  // routing of allocations into a pool)
+  void create_or_incref_pool(c10::DeviceIndex d, c10::MempoolId_t id);
+  void release_pool(c10::DeviceIndex d, c10::MempoolId_t id);
+  int pool_use_count(c10::DeviceIndex d, c10::MempoolId_t id);
+  void begin_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id);
+  void end_allocate_to_pool(c10::DeviceIndex d, c10::MempoolId_t id);
   MBlock* book(c10::DeviceIndex d, size_t n);
   void unbook(c10::DeviceIndex d, MBlock* b);
 

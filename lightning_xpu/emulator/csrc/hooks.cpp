@@ -38,10 +38,7 @@ struct EmuXPUHooks final : public at::XPUHooksInterface {
   }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
   c10::Device getDeviceFromPtr(void*) const override { return c10::Device(kXPU, tl_device); }
-  void deviceSynchronize(c10::DeviceIndex d) const override {
-    counters.synchronize++;
-    complete_device(resolve(d));
-  }
+  void deviceSynchronize(c10::DeviceIndex d) const override { synchronize_device(d); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned; }
   bool isPinnedPtr(const void* p) const override { return pinned.contains(p); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return initialized.load(); }

@@ -295,6 +295,25 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return std::make_tuple(input.mul(mask).mul_(scale), mask);
 }
 
+// abs on bool: torch-xpu-ops' abs_kernel dispatches Bool (AbsKernel.cpp: the identity), CPU's abs has no Bool kernel,
+// so running the CPU kernel would refuse what an XPU build runs. Bool tensors run as abs of the same bytes read as
+// uint8 (the identity too), through the fallback: its device checks, stream model and sanitizer stay in force.
+void abs_out(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto& self = (*stack)[stack->size() - 2];
+  auto& out = (*stack)[stack->size() - 1];
+  if (!self.isTensor() || !out.isTensor() || self.toTensor().scalar_type() != at::kBool ||
+      out.toTensor().scalar_type() != at::kBool) {
+    fallback(op, stack);  // every other dtype, and the dtype errors of a mismatched out, as the CPU kernel gives them
+    return;
+  }
+  at::Tensor result = out.toTensor();
+  at::native::resize_output(result, self.toTensor().sizes());
+  self = self.toTensor().view(at::kByte);
+  out = result.view(at::kByte);
+  fallback(op, stack);
+  stack->back() = result;  // abs.out returns `out` itself
+}
+
 }  // namespace xpu_emu
 
 // torch internals: the XPU dispatch key has no kernels in a CPU build; these fill it.
@@ -322,4 +341,5 @@ TORCH_LIBRARY_IMPL(aten, XPU, m) {
   m.impl("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl);
   m.impl("_thnn_fused_gru_cell", fused_gru_cell);
   m.impl("_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
+  m.impl("abs.out", torch::CppFunction::makeFromBoxedFunction<&abs_out>());
 }

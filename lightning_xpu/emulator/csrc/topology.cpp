@@ -111,12 +111,12 @@ void check_not_bad_fork() {
       "multiprocessing, you must use the 'spawn' start method");
 }
 
+// c10::xpu::check_device_index, which every device-taking function of the XPU runtime calls (its message since
+// pytorch/pytorch#144379, January 2025: every release the emulator models).
 void check_index(c10::DeviceIndex d) {
   auto n = num_devices();
-  TORCH_CHECK(
-      d >= 0 && d < n,
-      "device is out of range, device is ", static_cast<int>(d),
-      ", total number of device is ", n, ".");
+  TORCH_CHECK(d >= 0 && d < n, "The device index is out of range. It must be in [0, ", n, "), but got ",
+              static_cast<int>(d), ".");
 }
 
 }  // namespace xpu_emu

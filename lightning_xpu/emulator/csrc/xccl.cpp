@@ -11,16 +11,24 @@
 // device than the rank's) fail with ProcessGroupXCCL's exception types and messages
 // (torch-xpu-ops src/xccl/ProcessGroupXCCL.cpp). With the asynchronous device model (the default), an
 // async_op=True collective keeps its results back: its outputs change at Work.wait() (or a device synchronize).
+// float8 tensors travel through gloo as bytes where XCCL moves them as uint8 (every collective that does not reduce);
+// TORCH_XCCL_NAN_CHECK=1 checks the inputs ProcessGroupXCCL checks and aborts the process as the device-side assert
+// does (xccl_check_for_nan); startCoalescing/endCoalescing group collectives and point-to-point ops as there.
 
 #include "emulator.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Utils.hpp>
 #include <torch/library.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace xpu_emu {
@@ -86,10 +94,18 @@ class DeferredWork final : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// What gloo moves: the tensor's host view, float8 as bytes. XCCL moves the four float8 dtypes as uint8 (its
+// getXcclDataType maps them to ccl::datatype::uint8) in every collective that does not reduce; gloo has no float8
+// ("Invalid scalar type"). Reductions refuse float8 before they get here (check_dtypes).
+at::Tensor wire(const at::Tensor& t) {
+  auto v = host_view(t);
+  return c10::isFloat8Type(v.scalar_type()) ? v.view(at::kByte) : v;
+}
+
 std::vector<at::Tensor> views(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;
   out.reserve(ts.size());
-  for (const auto& t : ts) out.push_back(host_view(t));
+  for (const auto& t : ts) out.push_back(wire(t));
   return out;
 }
 
@@ -171,8 +187,9 @@ void check_op(const c10d::ReduceOp& op, const std::vector<at::Tensor>& ts = {}) 
 void check_dtypes(const std::vector<at::Tensor>& ts, bool reduction) {
   for (const auto& t : ts) {
     auto type = t.is_complex() ? c10::toRealValueType(t.scalar_type()) : t.scalar_type();
-    if (reduction)
-      TORCH_CHECK(!c10::isFloat8Type(type), "Float8 dtypes are not currenlty supported for XCCL reductions");
+    if (reduction)  // the typo is release/2.8 to 2.10's; xccl.h fixed it in 2.11
+      TORCH_CHECK(!c10::isFloat8Type(type), "Float8 dtypes are not ", torch_minor <= 10 ? "currenlty" : "currently",
+                  " supported for XCCL reductions");
     switch (type) {
       case at::kByte: case at::kChar: case at::kInt: case at::kLong: case at::kHalf: case at::kFloat:
       case at::kDouble: case at::kBFloat16: case at::kBool: case at::kFloat8_e5m2: case at::kFloat8_e4m3fn:
@@ -200,17 +217,147 @@ void check_single(const std::vector<at::Tensor>& ts, bool p2p = false) {
   for (const auto& t : ts) check_single(t, p2p);
 }
 
+// TORCH_XCCL_NAN_CHECK=1 (torch-xpu-ops src/xccl/NanCheck_XPU.cpp, from release/2.9): before a collective,
+// ProcessGroupXCCL runs the checkForNaN kernel over the inputs it checks (see each collective below), and a NaN trips
+// its assert(0): the SYCL runtime prints the device assert's line to stderr and aborts the process (SIGABRT). Here
+// the check runs on the host memory when the collective is called (on hardware the kernel runs ahead of the
+// collective on the same stream), and aborts the same way. Up to release/2.12 the kernel is dispatched before any
+// other check, so a tensor of another dtype than float, double, half, bfloat16, float8_e4m3fn or float8_e5m2
+// (integers, bool, the fnuz float8s) raises the dispatch error instead; release/2.13 returns first for tensors that
+// are not floating point or are empty.
+struct NanAssertLines {  // NanCheck_XPU.cpp's assert(0) lines in the release
+  int pack2, pack4, pack8, pack16, head, tail;
+};
+
+NanAssertLines nan_assert_lines() {
+  if (torch_minor >= 13) return {44, 54, 65, 112, 154, 174};
+  if (torch_minor >= 11) return {42, 52, 63, 110, 152, 172};
+  return {32, 42, 53, 100, 142, 162};
+}
+
+const char* nan_check_type_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float";
+    case at::kDouble: return "double";
+    case at::kHalf: return "c10::Half";
+    case at::kBFloat16: return "c10::BFloat16";
+    case at::kFloat8_e4m3fn: return "c10::Float8_e4m3fn";
+    default: return "c10::Float8_e5m2";
+  }
+}
+
+// Where the kernel finds the NaN at element `e` of `n` (the work-item that reads it, the assert it trips): 16-byte
+// packs after an unaligned head, a tail read by the first work-items of each group; work-groups of
+// min(1024, n) items (the emulated devices' max_work_group_size), at most 24 of them from release/2.13.
+[[noreturn]] void nan_assert(const at::Tensor& t, int64_t e, size_t elem_size) {
+  const auto lines = nan_assert_lines();
+  const auto n = static_cast<uint64_t>(t.numel());
+  const auto epp = 16 / elem_size;
+  const uint64_t threads = std::min<uint64_t>(1024, n);
+  uint64_t blocks = (n + threads - 1) / threads;
+  if (torch_minor >= 13) blocks = std::min<uint64_t>(blocks, 24);
+  const uint64_t range = blocks * threads;
+  const auto addr = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const uint64_t head = std::min<uint64_t>(((addr + 15) / 16 * 16 - addr) / elem_size, n);
+  const uint64_t packs = (n - head) * elem_size / 16;
+  const auto u = static_cast<uint64_t>(e);
+  uint64_t id = 0;
+  int line = 0;
+  bool in_pack = false;
+  if (u < head) {
+    id = u;
+    line = lines.head;
+  } else if ((u - head) / epp < packs) {
+    id = (u - head) / epp % range;
+    line = epp == 2 ? lines.pack2 : epp == 4 ? lines.pack4 : epp == 8 ? lines.pack8 : lines.pack16;
+    in_pack = true;
+  } else {
+    id = u - head - packs * epp;
+    line = lines.tail;
+  }
+  const char* type = nan_check_type_name(t.scalar_type());
+  std::string function = in_pack ? "static void c10d::CheckBytePack<" + std::string(type) + ", " +
+                                        std::to_string(epp) + ">::check(BytePack *) [T = " + type + "]"
+                                  : "void c10d::checkForNaN<" + std::string(type) +
+                                        ">::operator()(sycl::nd_item<1>) const [T = " + type + "]";
+  std::fprintf(stderr, "%s:%d: %s: global id: [%llu,0,0], local id: [%llu,0,0] Assertion `0` failed.\n",
+               "third_party/torch-xpu-ops/src/xccl/NanCheck_XPU.cpp", line, function.c_str(),
+               static_cast<unsigned long long>(id), static_cast<unsigned long long>(id % threads));
+  std::fflush(stderr);
+  std::abort();
+}
+
+void xccl_check_for_nan(const at::Tensor& t) {
+  if (torch_minor >= 13 && (!t.is_floating_point() || t.numel() == 0)) return;
+  AT_DISPATCH_FLOATING_TYPES_AND4(at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2, t.scalar_type(),
+                                  "checkForNaN_XPU", [&] {
+                                    if (t.numel() == 0) return;
+                                    // the kernel reads numel() elements from data_ptr() on: dense memory, any order
+                                    auto flat = host_view(t).as_strided({t.numel()}, {1});
+                                    auto nan = c10::isFloat8Type(t.scalar_type()) ? flat.to(at::kFloat).isnan()
+                                                                                   : flat.isnan();
+                                    if (!nan.any().item<bool>()) return;
+                                    nan_assert(t, nan.to(at::kByte).argmax().item<int64_t>(), sizeof(scalar_t));
+                                  });
+}
+
 class EmuXccl final : public c10d::Backend {
  public:
-  EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size) : Backend(rank, size), gloo_(std::move(gloo)) {}
+  EmuXccl(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size)
+      : Backend(rank, size),
+        gloo_(std::move(gloo)),
+        global_rank_(process_global_rank(rank)),
+        // read when the backend is built, as ProcessGroupXCCL's constructor reads it (getCvarBool)
+        nan_check_(torch_minor >= 9 && c10d::getCvarBool({"TORCH_XCCL_NAN_CHECK"}, false)) {}
 
   const std::string getBackendName() const override { return "xccl"; }
+
+  // ProcessGroupXCCL::supportsCoalescing is true in every release, so batch_isend_irecv and
+  // _coalescing_manager(device=...) call startCoalescing/endCoalescing.
+  bool supportsCoalescing() const override { return true; }
+
+  // As ProcessGroupXCCL::startCoalescing/endCoalescing: the collectives and point-to-point ops in between form one
+  // group; endCoalescing returns nothing if none ran, else one Work for all of them if the last collective was
+  // async_op=True or any point-to-point op ran (coalescedAsync_), else nothing (they completed on the stream).
+  // Point-to-point ops are posted to gloo at once and completed here, so a rank may post a recv before its send, as in
+  // a oneCCL group; what they receive lands with the group's Work, as an async collective's output does.
+  void startCoalescing() override {
+    coalescing_ = true;
+    coalesced_any_ = false;
+    coalesced_async_ = false;
+    coalesced_ids_.clear();
+    pending_.clear();
+    pending_recvs_.clear();
+  }
+
+  c10::intrusive_ptr<Work> endCoalescing() override {
+    coalescing_ = false;
+    for (const auto& w : pending_) finish(w);
+    pending_.clear();
+    for (auto& [t, scratch] : pending_recvs_) {
+      auto memory = wire(t);
+      const auto d = t.device().index();
+      if (is_async()) {
+        coalesced_ids_.push_back(defer_collective(d, memory, scratch));
+        sanitizer_access_at(t, true, kCollectiveStreamId, collective_position(d), "XCCL recv", "tensor");
+      } else {
+        memory.copy_(scratch);
+      }
+    }
+    pending_recvs_.clear();
+    if (!coalesced_any_ || !coalesced_async_) return {};
+    return c10::make_intrusive<DeferredWork>(std::vector<at::Tensor>{}, OpType::COALESCED, std::move(coalesced_ids_));
+  }
 
   // Runs `body`, which writes the outputs' memory; an async op's results are then held back until wait().
   template <typename F>
   c10::intrusive_ptr<Work> run(const std::vector<at::Tensor>& outs, OpType type, bool async_op, F body) {
     check_device(outs);
     for (const auto& t : outs) used_.insert(t.device().index());
+    if (coalescing_) {
+      coalesced_any_ = true;
+      coalesced_async_ = async_op;  // the last collective's, as coalescedAsync_
+    }
     const bool hold = async_op && is_async();
     std::vector<at::Tensor> before;
     if (hold)
@@ -229,7 +376,15 @@ class EmuXccl final : public c10d::Backend {
       ids.push_back(defer_collective(d, memory, result));
       sanitizer_access_at(outs[i], true, kCollectiveStreamId, collective_position(d), "XCCL collective", "output");
     }
+    if (coalescing_) coalesced_ids_.insert(coalesced_ids_.end(), ids.begin(), ids.end());
     return c10::make_intrusive<DeferredWork>(outs, type, std::move(ids));
+  }
+
+  // The inputs ProcessGroupXCCL's collective() checks under TORCH_XCCL_NAN_CHECK=1 (nanCheck), before its reduce op and
+  // dtype are looked up.
+  void nan_check(const std::vector<at::Tensor>& ts, bool checked = true) const {
+    if (!nan_check_ || !checked) return;
+    for (const auto& t : ts) xccl_check_for_nan(t);
   }
 
   // ProcessGroupXCCL keys its communicators by device: on hardware a collective on a device other than the rank's
@@ -250,6 +405,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& opts) override {
     check_single(ts);
+    nan_check(ts, opts.rootRank + opts.rootTensor == getRank());
     check_dtypes(ts, false);
     return run(ts, OpType::BROADCAST, opts.asyncOp, [&] {
       auto v = views(ts);
@@ -259,6 +415,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& opts) override {
     check_single(ts);
+    nan_check(ts);
     check_op(opts.reduceOp, ts);
     check_dtypes(ts, true);
     return run(ts, OpType::ALLREDUCE, opts.asyncOp, [&] { allreduce_now(ts, opts); });
@@ -281,6 +438,7 @@ class EmuXccl final : public c10d::Backend {
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& opts) override {
     check_single(ts);
+    nan_check(ts);
     check_op(opts.reduceOp, ts);
     check_dtypes(ts, true);
     return run(ts, OpType::REDUCE, opts.asyncOp, [&] {
@@ -299,6 +457,7 @@ class EmuXccl final : public c10d::Backend {
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const c10d::AllgatherOptions& opts) override {
     check_single(ins);
+    nan_check(ins);
     check_dtypes(ins, false);
     return run(flat(outs), OpType::ALLGATHER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -313,23 +472,12 @@ class EmuXccl final : public c10d::Backend {
                      "output tensor size must be equal to world_size times input size");
     check_single(in);
     check_single(out);
+    nan_check({in});
     check_dtypes({in}, false);
     return run({out}, OpType::_ALLGATHER_BASE, opts.asyncOp, [&] { allgather_base_now(out, in, opts); });
   }
 
-  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
-                                               const c10d::AllgatherOptions& opts) override {
-    check_dtypes(ins, false);
-    return run(flat(outs), OpType::ALLGATHER_COALESCED, opts.asyncOp, [&] {
-      for (size_t i = 0; i < ins.size(); ++i) {
-        std::vector<std::vector<at::Tensor>> o{outs[i]};
-        std::vector<at::Tensor> in{ins[i]};
-        auto vo = views(o);
-        auto vi = views(in);
-        finish(gloo_->allgather(vo, vi, opts));
-      }
-    });
-  }
+  // no allgather_coalesced: ProcessGroupXCCL has none (release/2.8 to 2.13), so c10d's Backend refuses it
 
   c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                                            const c10d::AllgatherOptions& opts) override {
@@ -342,6 +490,7 @@ class EmuXccl final : public c10d::Backend {
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const c10d::GatherOptions& opts) override {
     check_single(ins);
+    nan_check(ins);
     check_dtypes(ins, false);
     return run(flat(outs), OpType::GATHER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -353,6 +502,7 @@ class EmuXccl final : public c10d::Backend {
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                    const c10d::ScatterOptions& opts) override {
     check_single(outs);
+    nan_check(outs, opts.rootRank == getRank());  // the output: ProcessGroupXCCL passes it as collective()'s input
     check_dtypes(outs, false);
     return run(outs, OpType::SCATTER, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -368,6 +518,7 @@ class EmuXccl final : public c10d::Backend {
                      "input tensor must be the same size as output size times world size");
     check_single(in);
     check_single(out);
+    nan_check({in});
     check_op(opts.reduceOp, {in});
     check_dtypes({in}, true);
     return run({out}, OpType::_REDUCE_SCATTER_BASE, opts.asyncOp, [&] {
@@ -381,6 +532,7 @@ class EmuXccl final : public c10d::Backend {
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                           const c10d::ReduceScatterOptions& opts) override {
     check_single(outs);
+    nan_check(flat(ins));
     check_op(opts.reduceOp, outs);
     check_dtypes(outs, true);
     return run(outs, OpType::REDUCE_SCATTER, opts.asyncOp, [&] {
@@ -414,16 +566,18 @@ class EmuXccl final : public c10d::Backend {
                                          std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
     check_single(in);
     check_single(out);
+    nan_check({in});
     check_dtypes({in}, false);
     return run({out}, OpType::ALLTOALL_BASE, opts.asyncOp, [&] {
-      auto vo = host_view(out);
-      auto vi = host_view(in);
+      auto vo = wire(out);
+      auto vi = wire(in);
       finish(gloo_->alltoall_base(vo, vi, out_splits, in_splits, opts));
     });
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                     const c10d::AllToAllOptions& opts) override {
+    nan_check(ins);
     check_dtypes(ins, false);
     return run(outs, OpType::ALLTOALL, opts.asyncOp, [&] {
       auto vo = views(outs);
@@ -432,11 +586,20 @@ class EmuXccl final : public c10d::Backend {
     });
   }
 
+  // In a coalescing group (batch_isend_irecv) ProcessGroupXCCL returns no Work of its own: the group's comes from
+  // endCoalescing.
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     check_single(ts, /*p2p=*/true);
     check_device(ts);
+    nan_check(ts);
     check_dtypes(ts, false);
     auto v = views(ts);
+    if (coalescing_) {
+      coalesced_any_ = coalesced_async_ = true;
+      for (const auto& t : ts) used_.insert(t.device().index());
+      pending_.push_back(gloo_->send(v, dst, tag));
+      return {};
+    }
     finish(gloo_->send(v, dst, tag));
     return c10::make_intrusive<DoneWork>(ts, OpType::SEND);
   }
@@ -445,14 +608,28 @@ class EmuXccl final : public c10d::Backend {
     check_single(ts, /*p2p=*/true);
     check_device(ts);
     check_dtypes(ts, false);
+    if (coalescing_) {
+      coalesced_any_ = coalesced_async_ = true;
+      std::vector<at::Tensor> scratch;
+      for (const auto& t : ts) {
+        used_.insert(t.device().index());
+        scratch.push_back(at::empty_like(wire(t)));
+        pending_recvs_.emplace_back(t, scratch.back());
+      }
+      pending_.push_back(gloo_->recv(scratch, src, tag));
+      return {};
+    }
     auto v = views(ts);
     finish(gloo_->recv(v, src, tag));
     return c10::make_intrusive<DoneWork>(ts, OpType::RECV);
   }
 
   // As ProcessGroupXCCL::barrier: an all-reduce of one element on device_ids[0], else the bound device, else the
-  // first device a collective used, else global rank % device count. Each emulated device belongs to one rank:
-  // a barrier on another rank's device is refused (XCCL would build a second communicator over it).
+  // first device a collective used, else a guess from the rank (guess_device()). A group neither bound nor used yet
+  // takes that device as its own, as its first collective's device would be (ProcessGroupXCCL builds its communicator
+  // there, whatever device the process set: barrier(device_ids=[rank]) in a rank that never called set_device runs).
+  // After that each emulated device belongs to one rank: a barrier on another device than the group's is refused
+  // (XCCL would build a second communicator over it).
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
     c10::DeviceIndex dev = -1;
     if (!opts.device_ids.empty()) {
@@ -462,15 +639,12 @@ class EmuXccl final : public c10d::Backend {
     } else if (!used_.empty()) {
       dev = *used_.begin();
     } else {
-      dev = static_cast<c10::DeviceIndex>(getRank() % c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->deviceCount());
-      TORCH_WARN("using GPU ", static_cast<int>(dev), " as device used by this process is currently unknown. ",
-                 "This can potentially cause a hang if this rank to GPU mapping is incorrect. ",
-                 "You can specify device_id in init_process_group() to force use of a particular device.");
+      dev = guess_device();
     }
     TORCH_CHECK_WITH(ValueError, dev >= 0, "Failed to infer a GPU device id to perform barrier. ");
-    c10::DeviceIndex own = getBoundDeviceId().has_value() ? getBoundDeviceId()->index()
-                           : !used_.empty()               ? *used_.begin()
-                                                          : c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->getDevice().index();
+    const c10::DeviceIndex own = getBoundDeviceId().has_value() ? getBoundDeviceId()->index()
+                                 : !used_.empty()               ? *used_.begin()
+                                                                : dev;
     TORCH_CHECK_WITH(DistBackendError, dev == own, "XCCL barrier on xpu:", static_cast<int>(dev), ", but rank ",
                      getRank(), " runs on xpu:", static_cast<int>(own), " (emulated: each device belongs to one ",
                      "rank; pass device_ids=[", static_cast<int>(own), "] or init_process_group(device_id=...))");
@@ -508,14 +682,44 @@ class EmuXccl final : public c10d::Backend {
   }
 
   void allgather_base_now(at::Tensor& out, at::Tensor& in, const c10d::AllgatherOptions& opts) {
-    auto chunks = host_view(out).view({-1}).chunk(getSize());
+    auto chunks = wire(out).view({-1}).chunk(getSize());
     std::vector<std::vector<at::Tensor>> vo{std::vector<at::Tensor>(chunks.begin(), chunks.end())};
-    std::vector<at::Tensor> vi{host_view(in).view({-1})};
+    std::vector<at::Tensor> vi{wire(in).view({-1})};
     finish(gloo_->allgather(vo, vi, opts));
+  }
+
+  // The device of a barrier on a group that is neither bound nor used yet. 2.8: the group rank modulo the device
+  // count, silently; 2.9 (guessDeviceId): the same with a warning in the log; from 2.10 the global rank (globalRank():
+  // the rank of the process's first group) instead of the group rank. The warning is LOG(WARNING) there, so a line on
+  // stderr, never a Python warning (warning filters neither hide it nor turn it into an error).
+  c10::DeviceIndex guess_device() const {
+    const int count = c10::impl::getDeviceGuardImpl(c10::DeviceType::XPU)->deviceCount();
+    const auto dev = static_cast<c10::DeviceIndex>((torch_minor >= 10 ? global_rank_ : getRank()) % count);
+    if (torch_minor >= 9)
+      LOG(WARNING) << "[PG GUID " << pg_uid_ << " Rank " << getRank() << "] " << " using GPU " << static_cast<int>(dev)
+                   << " as device used by this process is currently unknown. "
+                   << "This can potentially cause a hang if this rank to GPU mapping is incorrect. "
+                   << "You can specify device_id in init_process_group() to force use of a particular device.";
+    return dev;
+  }
+
+  // ProcessGroupXCCL::globalRank() is a function-local static: the rank given to the first group the process builds.
+  static int process_global_rank(int rank) {
+    static const int first = rank;
+    return first;
   }
 
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::set<c10::DeviceIndex> used_;  // devices this rank's collectives ran on
+  const int global_rank_;
+  const bool nan_check_;  // TORCH_XCCL_NAN_CHECK, from the 2.9 profile
+  // between startCoalescing and endCoalescing
+  bool coalescing_ = false;
+  bool coalesced_any_ = false;
+  bool coalesced_async_ = false;
+  std::vector<uint64_t> coalesced_ids_;                          // deferred results of the group's async collectives
+  std::vector<c10::intrusive_ptr<Work>> pending_;                // posted gloo sends and receives
+  std::vector<std::pair<at::Tensor, at::Tensor>> pending_recvs_; // (xpu tensor, the bytes received for it)
 };
 
 // ---- c10d operators for the XPU dispatch key --------------------------------------------------------
