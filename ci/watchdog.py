@@ -55,15 +55,21 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
     return [(pid, text) for _, pid, text in sorted(found, reverse=True)]
 
 
+def wait_until_gone(sid: int, seconds: float) -> list[tuple[int, str]]:
+    """Wait up to ``seconds`` for session ``sid`` to have no process left; return those still there."""
+    deadline = time.monotonic() + seconds
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def terminate(sid: int, grace_s: float = GRACE_S) -> None:
     """SIGTERM every process of session ``sid``, then SIGKILL what is left after ``grace_s``."""
     for signum, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 0.0)):
         for pid, _ in session_processes(sid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-        deadline = time.monotonic() + wait_s
-        while session_processes(sid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until_gone(sid, wait_s)
 
 
 def free_disk() -> str:
@@ -109,10 +115,7 @@ def run(command: list[str], limit_s: float, grace_s: float = GRACE_S) -> int:
         proc.wait()
         return TIMED_OUT
     # a moment for processes on their way out (a rank finishing its teardown) before calling them left over
-    deadline = time.monotonic() + grace_s
-    while session_processes(sid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if left := session_processes(sid):
+    if left := wait_until_gone(sid, grace_s):
         _report(
             f"`{' '.join(command)}` ended ({code}) after {time.monotonic() - start:.0f} s and left these processes"
             " running, now terminated (a test that does not stop what it starts):",

@@ -1,6 +1,7 @@
 """ci/watchdog.py: a command past its limit is listed and stopped; what a command leaves running is too."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -60,9 +61,9 @@ def test_stopping_the_watchdog_lists_and_stops_the_command(tmp_path):
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(proc.pid, 15)  # as CI stops a run at its own limit
+    os.kill(proc.pid, signal.SIGTERM)  # as CI stops a run at its own limit
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + 15
+    assert proc.returncode == 128 + signal.SIGTERM
     assert "stopped by SIGTERM" in err
     assert "time.sleep(120)" in err
     assert not _alive(int(pid_file.read_text()))
